@@ -1,0 +1,75 @@
+"""The small interface every storage engine implements.
+
+An engine moves bytes for engine-level paths that the `Store` has already checked
+against its root. It does not validate, merge ranges, retry or count: the store does
+that once for every engine. Engines return per-block outcomes instead of raising, so
+that one bad block does not discard a whole pass and only failed blocks are retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from objstore_payload.store.coalesce import Block
+
+__all__ = ["DeleteOutcome", "Engine", "ReadOutcome"]
+
+ReadOutcome = bytes | bytearray | memoryview | BaseException
+"""The bytes of one block, or the exception that reading it raised."""
+
+
+@dataclass(slots=True)
+class DeleteOutcome:
+    """What a batched delete did: requests sent and the paths it could not delete."""
+
+    requests: int = 0
+    failed: list[tuple[str, BaseException]] = field(default_factory=list)
+
+
+class Engine(ABC):
+    """Bytes in and out of one storage system, by engine-level path."""
+
+    name: ClassVar[str]
+    """Short name, shown in benchmarks and errors."""
+    default_coalesce_gap: ClassVar[int]
+    """Largest gap (bytes) worth fetching to save a request on this engine."""
+    parallel_reads: ClassVar[bool] = True
+    """Whether a read pass runs requests concurrently (used for capacity reporting)."""
+
+    @abstractmethod
+    def read_blocks(self, blocks: Sequence[Block]) -> list[ReadOutcome]:
+        """Read every block in one pass; one outcome per block, in order. A block past
+        the end of its object yields the bytes that exist (the store checks lengths)."""
+
+    async def aread_blocks(self, blocks: Sequence[Block]) -> list[ReadOutcome]:
+        """Async `read_blocks`. The default runs it in a worker thread."""
+        return await asyncio.to_thread(self.read_blocks, blocks)
+
+    @abstractmethod
+    def put(self, path: str, parts: Sequence[memoryview], size: int) -> None:
+        """Write an object made of ``parts`` (``size`` bytes in all). When this returns the
+        object is durable and complete; no reader ever sees part of it."""
+
+    async def aput(self, path: str, parts: Sequence[memoryview], size: int) -> None:
+        """Async `put`. The default runs it in a worker thread (off the event loop)."""
+        await asyncio.to_thread(self.put, path, parts, size)
+
+    @abstractmethod
+    def delete(self, paths: Sequence[str]) -> DeleteOutcome:
+        """Delete objects in as few requests as the system allows. A path that does not
+        exist counts as deleted."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> list[str]:
+        """Paths of every object under the engine-level ``prefix`` (recursive)."""
+
+    @abstractmethod
+    def size(self, path: str) -> int:
+        """Size of an object in bytes; `FileNotFoundError` when it does not exist."""
+
+    def close(self) -> None:  # noqa: B027 - engines without resources need no close
+        """Release connections, threads and descriptors."""

@@ -1,0 +1,422 @@
+"""`Store`: one storage root, its engine, and the rules every engine shares.
+
+The store checks every URI against its root before any I/O, merges nearby ranges of one
+object, issues one concurrent pass per call, retries short or failed ranges within one
+budget, raises typed errors that name the URI, offset and byte counts, and counts what
+it sent. Sync methods serve trainers; ``a``-prefixed twins serve event loops (the vLLM
+API server) and never block them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+from objstore_payload.errors import (
+    InvalidSegmentError,
+    PayloadError,
+    PayloadNotFoundError,
+    ShortReadError,
+    StoreConfigError,
+    StoreIOError,
+)
+from objstore_payload.store.coalesce import Block, CoalescePolicy, Piece, coalesce
+from objstore_payload.store.config import StoreConfig
+from objstore_payload.store.engine import Engine, ReadOutcome
+from objstore_payload.store.root import StoreRoot
+
+__all__ = ["DeleteReport", "RequestRecord", "Store", "StoreStats", "open_store"]
+
+BLOB_SUFFIX = ".bin"
+_FATAL_ERRORS = (PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)
+"""Errors that another attempt cannot fix; everything else (timeouts, resets, 5xx, short
+bodies) is retried within the budget."""
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """Counters of what a store sent to storage (after merging and retries)."""
+
+    get_requests: int = 0
+    """Ranged reads issued (one per merged block per attempt)."""
+    bytes_fetched: int = 0
+    """Bytes that came back from storage, gaps included."""
+    bytes_requested: int = 0
+    """Bytes callers asked for (no gaps, no retries)."""
+    put_requests: int = 0
+    bytes_written: int = 0
+    delete_requests: int = 0
+    keys_deleted: int = 0
+    retries: int = 0
+    """Ranges read again after a short or failed read."""
+
+    def snapshot(self) -> StoreStats:
+        """A copy of the current counters."""
+        return StoreStats(*(getattr(self, f) for f in self.__slots__))
+
+    def reset(self) -> None:
+        """Set every counter to zero."""
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request sent to storage, kept when ``record_requests=True``."""
+
+    op: str
+    path: str
+    start: int = 0
+    end: int = 0
+
+
+@dataclass(slots=True)
+class DeleteReport:
+    """What `Store.delete` did."""
+
+    requests: int = 0
+    deleted: int = 0
+    failed: list[tuple[str, BaseException]] = field(default_factory=list)
+
+
+def _build_engine(config: StoreConfig, root: StoreRoot) -> Engine:
+    choice = config.engine
+    if root.protocol == "file" and choice in ("auto", "local"):
+        from objstore_payload.store.local import LocalEngine
+
+        return LocalEngine(root.fs_root, threads=config.read.local_threads)
+    if choice == "local":
+        raise StoreConfigError(f"engine 'local' serves file:// roots only, not {root.url}")
+    if root.is_s3:
+        if choice == "boto3":
+            from objstore_payload.store.s3 import Boto3Engine, make_boto3_client
+
+            return Boto3Engine(
+                make_boto3_client(config.s3), max_concurrency=config.read.max_concurrency
+            )
+        from objstore_payload.store.fsspec_engine import S3FsspecEngine
+        from objstore_payload.store.s3 import make_s3fs
+
+        return S3FsspecEngine(make_s3fs(config.s3), max_concurrency=config.read.max_concurrency)
+    if choice == "boto3":
+        raise StoreConfigError(f"engine 'boto3' serves s3:// roots only, not {root.url}")
+    import fsspec
+
+    from objstore_payload.store.fsspec_engine import FsspecEngine
+
+    try:
+        fs = fsspec.filesystem(root.protocol, **config.storage_options)
+    except (ImportError, ValueError, TypeError) as exc:
+        raise StoreConfigError(f"cannot open an fsspec filesystem for {root.url}: {exc}") from exc
+    return FsspecEngine(fs, max_concurrency=config.read.max_concurrency)
+
+
+class Store:
+    """A storage root with its engine. Thread-safe; close it (or use ``with``) when done."""
+
+    def __init__(
+        self,
+        config: StoreConfig | str,
+        *,
+        engine: Engine | None = None,
+        record_requests: bool = False,
+    ) -> None:
+        self.config = StoreConfig(root=config) if isinstance(config, str) else config
+        self.root = StoreRoot.parse(self.config.root)
+        self.stats = StoreStats()
+        self.requests: list[RequestRecord] | None = [] if record_requests else None
+        self._own_engine = engine is None
+        self._engine = engine
+        self._engine_pid = os.getpid()
+        self._lock = threading.Lock()
+
+    # -- engine ---------------------------------------------------------------------
+    @property
+    def engine(self) -> Engine:
+        """The storage engine, built on first use and rebuilt after a fork (s3fs and
+        its event loop must not be shared with a forked DataLoader worker)."""
+        with self._lock:
+            if self._own_engine and (self._engine is None or self._engine_pid != os.getpid()):
+                self._engine = _build_engine(self.config, self.root)
+                self._engine_pid = os.getpid()
+            assert self._engine is not None
+            return self._engine
+
+    @property
+    def coalesce_policy(self) -> CoalescePolicy:
+        """The range-merging policy of this store."""
+        gap = self.config.read.coalesce_gap
+        return CoalescePolicy(
+            max_gap=self.engine.default_coalesce_gap if gap is None else gap,
+            max_block=self.config.read.max_block,
+        )
+
+    # -- names ----------------------------------------------------------------------
+    def check_uri(self, uri: str) -> str:
+        """The engine-level path of ``uri``; `UriNotAllowedError` unless it is a plain key
+        under this store's root."""
+        return self.root.fs_path(self.root.relative_key(uri))
+
+    def new_blob_uri(self, destination: str) -> str:
+        """A fresh ``<destination>/<uuid>.bin`` URI; ``destination`` must be this root or a
+        prefix under it (e.g. ``<root>/v7``)."""
+        prefix = self.root.relative_prefix(destination)
+        name = uuid.uuid4().hex + BLOB_SUFFIX
+        return self.root.uri(f"{prefix}/{name}" if prefix else name)
+
+    def version_prefix(self, version: int) -> str:
+        """``<root>/v<version>``: where rollouts dispatched at policy ``version`` write."""
+        if type(version) is not int or version < 0:
+            raise ValueError(f"policy version must be a non-negative int, got {version!r}")
+        return f"{self.root.url}/v{version}"
+
+    # -- reads ----------------------------------------------------------------------
+    def _plan(
+        self, ranges: Sequence[tuple[str, int, int]]
+    ) -> tuple[list[Block], list[Piece], dict[str, str]]:
+        uri_of_path: dict[str, str] = {}
+        resolved = []
+        for uri, start, end in ranges:
+            if type(start) is not int or type(end) is not int or not 0 <= start <= end:
+                raise InvalidSegmentError(f"invalid byte range [{start!r}, {end!r}) of {uri!r}")
+            path = self.check_uri(uri)
+            uri_of_path[path] = uri
+            resolved.append((path, start, end))
+        blocks, pieces = coalesce(resolved, self.coalesce_policy)
+        self.stats.bytes_requested += sum(end - start for _, start, end in resolved)
+        return blocks, pieces, uri_of_path
+
+    def _record(self, op: str, blocks: Sequence[Block]) -> None:
+        self.stats.get_requests += len(blocks)
+        if self.requests is not None:
+            self.requests.extend(RequestRecord(op, b.path, b.start, b.end) for b in blocks)
+
+    def _settle(
+        self,
+        blocks: Sequence[Block],
+        todo: list[int],
+        outcomes: Sequence[ReadOutcome],
+        results: list[bytes | bytearray | memoryview | None],
+        failures: dict[int, ReadOutcome],
+        uri_of_path: dict[str, str],
+    ) -> list[int]:
+        """File the outcomes of one attempt; return the blocks worth another attempt."""
+        again = []
+        for index, outcome in zip(todo, outcomes, strict=True):
+            block = blocks[index]
+            if isinstance(outcome, BaseException):
+                if isinstance(outcome, PayloadError):
+                    raise outcome
+                if isinstance(outcome, FileNotFoundError):
+                    uri = uri_of_path[block.path]
+                    raise PayloadNotFoundError(f"payload blob {uri} does not exist") from outcome
+                if isinstance(outcome, _FATAL_ERRORS):
+                    uri = uri_of_path[block.path]
+                    raise StoreIOError(f"cannot read {uri}: {outcome!r}") from outcome
+                failures[index] = outcome
+                again.append(index)
+                continue
+            self.stats.bytes_fetched += len(outcome)
+            if len(outcome) == block.size:
+                results[index] = outcome
+                failures.pop(index, None)
+            else:
+                failures[index] = outcome
+                again.append(index)
+        return again
+
+    def _give_up(
+        self,
+        blocks: Sequence[Block],
+        failures: dict[int, ReadOutcome],
+        uri_of_path: dict[str, str],
+        attempts: int,
+    ) -> None:
+        index, outcome = next(iter(failures.items()))
+        block = blocks[index]
+        uri = uri_of_path[block.path]
+        if isinstance(outcome, BaseException):
+            raise StoreIOError(
+                f"reading {uri} bytes [{block.start}, {block.end}) failed after {attempts} "
+                f"attempts: {outcome!r}"
+            ) from outcome
+        raise ShortReadError(uri, block.start, block.size, len(outcome))
+
+    @staticmethod
+    def _slice(
+        results: Sequence[bytes | bytearray | memoryview | None], pieces: Sequence[Piece]
+    ) -> list[memoryview]:
+        views = [memoryview(r) if r is not None else memoryview(b"") for r in results]
+        empty = memoryview(b"")
+        return [views[p.block][p.offset : p.offset + p.size] if p.size else empty for p in pieces]
+
+    def read_ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[memoryview]:
+        """Bytes ``[start, end)`` of each ``(uri, start, end)``, in order, in one pass.
+
+        Every URI is checked before any I/O. Nearby ranges of one object are merged;
+        short or failed ranges are retried per `RetryPolicy`; then `ShortReadError`,
+        `PayloadNotFoundError` or `StoreIOError` is raised.
+        """
+        blocks, pieces, uri_of_path = self._plan(ranges)
+        results: list[bytes | bytearray | memoryview | None] = [None] * len(blocks)
+        failures: dict[int, ReadOutcome] = {}
+        todo = list(range(len(blocks)))
+        policy = self.config.retry
+        deadline = time.monotonic() + policy.total_timeout_s
+        engine = self.engine
+        attempt = 0
+        while todo:
+            attempt += 1
+            batch = [blocks[i] for i in todo]
+            self._record("get", batch)
+            outcomes = engine.read_blocks(batch)
+            todo = self._settle(blocks, todo, outcomes, results, failures, uri_of_path)
+            if not todo:
+                break
+            delay = policy.delay(attempt)
+            if attempt >= policy.max_attempts or time.monotonic() + delay > deadline:
+                self._give_up(blocks, failures, uri_of_path, attempt)
+            self.stats.retries += len(todo)
+            time.sleep(delay)
+        return self._slice(results, pieces)
+
+    async def aread_ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[memoryview]:
+        """Async `read_ranges`: same checks, merging, retries and errors."""
+        blocks, pieces, uri_of_path = self._plan(ranges)
+        results: list[bytes | bytearray | memoryview | None] = [None] * len(blocks)
+        failures: dict[int, ReadOutcome] = {}
+        todo = list(range(len(blocks)))
+        policy = self.config.retry
+        deadline = time.monotonic() + policy.total_timeout_s
+        engine = self.engine
+        attempt = 0
+        while todo:
+            attempt += 1
+            batch = [blocks[i] for i in todo]
+            self._record("get", batch)
+            outcomes = await engine.aread_blocks(batch)
+            todo = self._settle(blocks, todo, outcomes, results, failures, uri_of_path)
+            if not todo:
+                break
+            delay = policy.delay(attempt)
+            if attempt >= policy.max_attempts or time.monotonic() + delay > deadline:
+                self._give_up(blocks, failures, uri_of_path, attempt)
+            self.stats.retries += len(todo)
+            await asyncio.sleep(delay)
+        return self._slice(results, pieces)
+
+    def read(self, uri: str, start: int, end: int) -> memoryview:
+        """Bytes ``[start, end)`` of one object."""
+        return self.read_ranges([(uri, start, end)])[0]
+
+    # -- writes ---------------------------------------------------------------------
+    def _before_put(self, uri: str, size: int) -> str:
+        path = self.check_uri(uri)
+        self.stats.put_requests += 1
+        self.stats.bytes_written += size
+        if self.requests is not None:
+            self.requests.append(RequestRecord("put", path, 0, size))
+        return path
+
+    def put(self, uri: str, parts: Sequence[memoryview | bytes], size: int | None = None) -> None:
+        """Write an object; durable and atomic when this returns."""
+        views = [memoryview(p) for p in parts]
+        total = sum(v.nbytes for v in views) if size is None else size
+        path = self._before_put(uri, total)
+        try:
+            self.engine.put(path, views, total)
+        except OSError as exc:
+            raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc}") from exc
+
+    async def aput(
+        self, uri: str, parts: Sequence[memoryview | bytes], size: int | None = None
+    ) -> None:
+        """Async `put`, off the event loop."""
+        views = [memoryview(p) for p in parts]
+        total = sum(v.nbytes for v in views) if size is None else size
+        path = self._before_put(uri, total)
+        try:
+            await self.engine.aput(path, views, total)
+        except OSError as exc:
+            raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc}") from exc
+
+    # -- housekeeping ---------------------------------------------------------------
+    def size(self, uri: str) -> int:
+        """Size in bytes of the object at ``uri``."""
+        path = self.check_uri(uri)
+        if self.requests is not None:
+            self.requests.append(RequestRecord("head", path))
+        try:
+            return self.engine.size(path)
+        except FileNotFoundError as exc:
+            raise PayloadNotFoundError(f"payload blob {uri} does not exist") from exc
+        except OSError as exc:
+            raise StoreIOError(f"cannot stat {uri}: {exc}") from exc
+
+    def list(self, prefix: str | None = None) -> list[str]:
+        """URIs of every object under ``prefix`` (default: the whole root)."""
+        key = self.root.relative_prefix(prefix if prefix is not None else self.root.url)
+        path = self.root.fs_path(key) if key else self.root.fs_root
+        if self.requests is not None:
+            self.requests.append(RequestRecord("list", path))
+        try:
+            found = self.engine.list(path)
+        except OSError as exc:
+            raise StoreIOError(f"cannot list {prefix or self.root.url}: {exc}") from exc
+        head = self.root.fs_root.rstrip("/") + "/"
+        return [self.root.url + "/" + p[len(head) :] for p in found if p.startswith(head)]
+
+    def delete(self, uris: Sequence[str]) -> DeleteReport:
+        """Delete objects in batches (S3: DeleteObjects, 1,000 keys per request); per-key
+        failures are returned, not dropped. Missing objects count as deleted."""
+        paths = [self.check_uri(uri) for uri in uris]
+        if not paths:
+            return DeleteReport()
+        if self.requests is not None:
+            self.requests.extend(RequestRecord("delete", p) for p in paths)
+        outcome = self.engine.delete(paths)
+        self.stats.delete_requests += outcome.requests
+        self.stats.keys_deleted += len(paths) - len(outcome.failed)
+        return DeleteReport(
+            requests=outcome.requests,
+            deleted=len(paths) - len(outcome.failed),
+            failed=outcome.failed,
+        )
+
+    def close(self) -> None:
+        """Release the engine's connections, threads and descriptors."""
+        with self._lock:
+            if self._engine is not None and self._own_engine:
+                self._engine.close()
+                self._engine = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.root.url!r}, engine={self.config.engine!r})"
+
+
+def open_store(root: str | StoreConfig, **options: Any) -> Store:
+    """A `Store` for ``root`` (a URL or a full `StoreConfig`); keyword ``options`` are
+    `StoreConfig` fields, e.g. ``s3={"endpoint_url": ..., "addressing_style": "path"}``."""
+    if isinstance(root, StoreConfig):
+        if options:
+            raise TypeError("pass options inside the StoreConfig")
+        return Store(root)
+    return Store(StoreConfig.from_mapping({"root": root, **options}))

@@ -1,0 +1,63 @@
+"""The conformance suite on local files (the pread engine), plus what only files have."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from objstore_payload import PayloadReader, PayloadWriter, Store, StoreConfig, UriNotAllowedError
+from objstore_payload.store import ReadOptions
+from tests.conformance.base import FAST_RETRY, StoreConformance, worked_example
+
+
+class TestFileStore(StoreConformance):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[Store]:
+        config = StoreConfig(root=(tmp_path / "payloads").as_uri(), retry=FAST_RETRY)
+        with Store(config, record_requests=True) as store:
+            yield store
+
+    def test_write_leaves_no_temporary_file(self, store: Store, tmp_path: Path) -> None:
+        PayloadWriter(store).write(store.version_prefix(1), worked_example())
+        names = os.listdir(tmp_path / "payloads" / "v1")
+        assert len(names) == 1
+        assert names[0].endswith(".bin")
+
+    def test_symlink_out_of_the_root_is_not_followed(self, store: Store, tmp_path: Path) -> None:
+        secret = tmp_path / "secret.bin"
+        secret.write_bytes(b"s" * 64)
+        (tmp_path / "payloads").mkdir(exist_ok=True)
+        (tmp_path / "payloads" / "link.bin").symlink_to(secret)
+        with pytest.raises(UriNotAllowedError, match="symbolic link"):
+            store.read_ranges([(f"{store.root.url}/link.bin", 0, 8)])
+        assert store.stats.get_requests == 1  # refused, not retried
+
+    def test_symlinked_directory_out_of_the_root_is_refused(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        (outside / "x.bin").write_bytes(b"s" * 64)
+        (tmp_path / "payloads").mkdir(exist_ok=True)
+        (tmp_path / "payloads" / "v9").symlink_to(outside)
+        with pytest.raises(UriNotAllowedError, match="outside the storage root"):
+            store.read_ranges([(f"{store.root.url}/v9/x.bin", 0, 8)])
+
+
+def test_threaded_local_reads_match_the_loop(tmp_path: Path) -> None:
+    root = (tmp_path / "p").as_uri()
+    with (
+        Store(StoreConfig(root=root)) as plain,
+        Store(StoreConfig(root=root, read=ReadOptions(local_threads=4))) as threaded,
+    ):
+        writer = PayloadWriter(plain)
+        segments = [s for _ in range(6) for s in writer.write(root, worked_example())]
+        a = PayloadReader(plain).read_field(segments, "sampling_mask", 0, 8)
+        b = PayloadReader(threaded).read_field(segments, "sampling_mask", 0, 8)
+        assert a is not None
+        assert b is not None
+        np.testing.assert_array_equal(a, b)
