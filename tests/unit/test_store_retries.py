@@ -1,0 +1,101 @@
+"""The store's single retry layer: what it retries, what it gives up on, what it says.
+
+The failures are injected by a wrapper engine around a real memory filesystem engine,
+because a short or failing read cannot be provoked from the memory store itself; real
+HTTP-level faults come with the fault matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import fsspec
+import pytest
+
+from objstore_payload import PayloadNotFoundError, ShortReadError, Store, StoreConfig, StoreIOError
+from objstore_payload.store import Block, RetryPolicy
+from objstore_payload.store.engine import DeleteOutcome, Engine, ReadOutcome
+from objstore_payload.store.fsspec_engine import FsspecEngine
+
+
+class FlakyEngine(Engine):
+    """Serves reads from ``inner`` after ``failures`` bad answers per block."""
+
+    name = "flaky"
+    default_coalesce_gap = 0
+
+    def __init__(self, inner: Engine, failures: int, fault: str) -> None:
+        self.inner, self.failures, self.fault = inner, failures, fault
+        self.calls = 0
+
+    def read_blocks(self, blocks: Sequence[Block]) -> list[ReadOutcome]:
+        self.calls += 1
+        real = self.inner.read_blocks(blocks)
+        if self.calls > self.failures:
+            return real
+        if self.fault == "short":
+            return [bytes(r)[: len(r) // 2] if isinstance(r, bytes) else r for r in real]
+        return [ConnectionResetError("reset by peer") for _ in blocks]
+
+    def put(self, path: str, parts: Sequence[memoryview], size: int) -> None:
+        self.inner.put(path, parts, size)
+
+    def delete(self, paths: Sequence[str]) -> DeleteOutcome:
+        return self.inner.delete(paths)
+
+    def list(self, prefix: str) -> list[str]:
+        return self.inner.list(prefix)
+
+    def size(self, path: str) -> int:
+        return self.inner.size(path)
+
+
+def make_store(failures: int, fault: str, attempts: int = 4) -> tuple[Store, FlakyEngine, str]:
+    engine = FlakyEngine(FsspecEngine(fsspec.filesystem("memory")), failures, fault)
+    policy = RetryPolicy(max_attempts=attempts, initial_backoff_s=0.001, max_backoff_s=0.002)
+    store = Store(StoreConfig(root="memory://retries", retry=policy), engine=engine)
+    uri = store.new_blob_uri(store.root.url)
+    store.put(uri, [bytes(range(100))])
+    return store, engine, uri
+
+
+@pytest.mark.parametrize("fault", ["short", "reset"])
+def test_transient_faults_recover_within_the_budget(fault: str) -> None:
+    store, engine, uri = make_store(failures=2, fault=fault)
+    assert bytes(store.read(uri, 10, 30)) == bytes(range(10, 30))
+    assert engine.calls == 3
+    assert store.stats.retries == 2
+
+
+def test_persistent_short_read_names_uri_offset_and_counts() -> None:
+    store, engine, uri = make_store(failures=99, fault="short", attempts=3)
+    with pytest.raises(ShortReadError, match=r"at offset 10: expected 20 bytes, received 10"):
+        store.read(uri, 10, 30)
+    assert engine.calls == 3
+
+
+def test_persistent_reset_is_a_store_error_with_cause() -> None:
+    store, _, uri = make_store(failures=99, fault="reset", attempts=2)
+    with pytest.raises(StoreIOError, match="failed after 2 attempts") as info:
+        store.read(uri, 0, 10)
+    assert isinstance(info.value.__cause__, ConnectionResetError)
+
+
+def test_total_timeout_caps_the_retries() -> None:
+    engine = FlakyEngine(FsspecEngine(fsspec.filesystem("memory")), 99, "reset")
+    policy = RetryPolicy(
+        max_attempts=100, initial_backoff_s=0.05, max_backoff_s=0.05, total_timeout_s=0.12
+    )
+    store = Store(StoreConfig(root="memory://retries-timeout", retry=policy), engine=engine)
+    uri = store.new_blob_uri(store.root.url)
+    store.put(uri, [b"x" * 10])
+    with pytest.raises(StoreIOError):
+        store.read(uri, 0, 10)
+    assert engine.calls <= 4
+
+
+def test_missing_objects_are_not_retried() -> None:
+    store, engine, _ = make_store(failures=0, fault="short")
+    with pytest.raises(PayloadNotFoundError):
+        store.read(store.new_blob_uri(store.root.url), 0, 10)
+    assert engine.calls == 1
