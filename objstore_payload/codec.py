@@ -21,7 +21,8 @@ import msgspec
 import numpy as np
 
 from objstore_payload.dtypes import DTYPE_NAMES, dtype_from_name, name_of_dtype
-from objstore_payload.errors import InlineDecodeError
+from objstore_payload.errors import InlineDecodeError, InvalidPayloadError
+from objstore_payload.segment import MAX_POSITION
 
 __all__ = [
     "PackedArray",
@@ -41,6 +42,8 @@ __all__ = [
 ROUTING_DTYPES: Final = frozenset({"uint8", "uint16", "int16", "int32"})
 """Routing dtypes accepted on decode (vLLM versions differ; writers send uint8/uint16)."""
 MAX_NDIM: Final = 8
+MAX_DIM: Final = 1 << 40
+"""No real array dimension comes near this; a larger one is a hostile shape."""
 
 _T = TypeVar("_T")
 
@@ -71,7 +74,7 @@ class PackedMask(msgspec.Struct, frozen=True):
 
 def encode_array(array: np.ndarray) -> PackedArray:
     """Pack ``array`` (any allow-listed dtype, any byte order) as little-endian bytes."""
-    name = name_of_dtype(array.dtype)
+    name = name_of_dtype(array.dtype, error=InvalidPayloadError)
     data = np.ascontiguousarray(array, dtype=dtype_from_name(name))
     return PackedArray(data=data.tobytes(), shape=tuple(int(d) for d in array.shape), dtype=name)
 
@@ -82,11 +85,21 @@ def encode_routing(rows: np.ndarray, start: int) -> PackedRouting:
     return PackedRouting(data=packed.data, shape=packed.shape, dtype=packed.dtype, start=start)
 
 
+def _as_int32(values: np.ndarray, name: str) -> np.ndarray:
+    array = np.asarray(values)
+    if array.dtype.kind not in "iu":
+        raise InvalidPayloadError(f"{name} must be integers, got {array.dtype}")
+    cast = array.astype(np.int32, copy=False)
+    if cast.dtype != array.dtype and not np.array_equal(cast, array):
+        raise InvalidPayloadError(f"{name} values do not fit int32")
+    return cast
+
+
 def encode_mask(counts: np.ndarray, ids: np.ndarray) -> PackedMask:
-    """Pack a CSR mask as int32 ``counts`` and ``ids``."""
+    """Pack a CSR mask as int32 ``counts`` and ``ids`` (values that do not fit refused)."""
     return PackedMask(
-        ids=encode_array(np.asarray(ids, dtype=np.int32)),
-        counts=encode_array(np.asarray(counts, dtype=np.int32)),
+        ids=encode_array(_as_int32(ids, "sampling_mask ids")),
+        counts=encode_array(_as_int32(counts, "sampling_mask counts")),
     )
 
 
@@ -124,7 +137,7 @@ def _check_array(
         raise InlineDecodeError(
             f"{name}: dtype {dtype!r} is not allowed; expected one of {allowed}"
         )
-    if len(shape) > MAX_NDIM or any(d < 0 for d in shape):
+    if len(shape) > MAX_NDIM or any(not 0 <= d <= MAX_DIM for d in shape):
         raise InlineDecodeError(f"{name}: shape {list(shape)} is not a valid array shape")
     if ndim is not None and len(shape) != ndim:
         raise InlineDecodeError(
@@ -162,8 +175,10 @@ def decode_routing(obj: object, *, name: str = "routed_experts") -> tuple[np.nda
     rows = _check_array(
         packed.data, packed.shape, packed.dtype, name=name, dtypes=ROUTING_DTYPES, ndim=3
     )
-    if packed.start < 0:
-        raise InlineDecodeError(f"{name}: start must be non-negative, got {packed.start}")
+    if not 0 <= packed.start <= MAX_POSITION:
+        raise InlineDecodeError(
+            f"{name}: start must lie in [0, {MAX_POSITION}], got {packed.start}"
+        )
     if rows.dtype.kind == "i" and rows.size and int(rows.min()) < 0:
         raise InlineDecodeError(f"{name}: expert ids must be non-negative")
     return rows, packed.start

@@ -47,9 +47,9 @@ def dtype_from_name(
         ) from None
 
 
-def name_of_dtype(dtype: np.dtype[np.generic]) -> str:
-    """The allow-list name of a numpy dtype of any byte order, or `ValueError`."""
+def name_of_dtype(dtype: np.dtype[np.generic], *, error: type[ValueError] = ValueError) -> str:
+    """The allow-list name of a numpy dtype of any byte order, or ``error``."""
     name = dtype.newbyteorder("=").name
     if name not in _DTYPES:
-        raise ValueError(f"dtype {dtype} is not allowed; expected one of {sorted(DTYPE_NAMES)}")
+        raise error(f"dtype {dtype} is not allowed; expected one of {sorted(DTYPE_NAMES)}")
     return name

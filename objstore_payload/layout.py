@@ -31,7 +31,7 @@ import numpy as np
 from objstore_payload.dtypes import dtype_from_name, name_of_dtype
 from objstore_payload.errors import BlobFormatError, BlobTooLargeError, InvalidPayloadError
 from objstore_payload.fields import get_field
-from objstore_payload.segment import MAX_BLOB_BYTES, Segment
+from objstore_payload.segment import MAX_BLOB_BYTES, MAX_DIM, Segment
 
 __all__ = [
     "FOOTER_SIZE",
@@ -151,7 +151,11 @@ def _fixed_region(region: FixedRegion, offset: int) -> tuple[RegionEntry, list[m
         raise InvalidPayloadError(
             f"{region.field} rows must have {1 + spec.row_ndim} dimensions, got shape {rows.shape}"
         )
-    name = name_of_dtype(rows.dtype)
+    if any(not 1 <= d <= MAX_DIM for d in rows.shape[1:]):
+        raise InvalidPayloadError(
+            f"{region.field} row dimensions must lie in [1, {MAX_DIM}], got shape {rows.shape}"
+        )
+    name = name_of_dtype(rows.dtype, error=InvalidPayloadError)
     if name not in spec.stored_dtypes:
         raise InvalidPayloadError(
             f"{region.field} rows must be one of {sorted(spec.stored_dtypes)}, got {name}"
@@ -251,7 +255,7 @@ def encode_blob(regions: Sequence[FixedRegion | RaggedRegion]) -> EncodedBlob:
     parts.append(memoryview(trailer))
     parts.append(memoryview(footer))
     size = offset + len(trailer) + len(footer)
-    if size > MAX_BLOB_BYTES:
+    if size >= MAX_BLOB_BYTES:
         raise BlobTooLargeError(f"blob would take {size} bytes, past the 4 GiB limit")
     return EncodedBlob(parts=tuple(parts), size=size, regions=tuple(entries))
 

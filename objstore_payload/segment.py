@@ -176,8 +176,9 @@ def shift_segments(segments: Iterable[Segment], delta: int) -> list[Segment]:
     return [seg.shift(delta) for seg in segments]
 
 
-class _SegmentObject(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The JSON form of a segment: the same attributes, as named keys."""
+class _SegmentObject(msgspec.Struct, frozen=True):
+    """The JSON form of a segment: the same attributes, as named keys. Unknown keys are
+    ignored, so a newer writer's appended attributes do not break an older reader."""
 
     field: str
     uri: str
@@ -207,7 +208,7 @@ def decode_segments_msgpack(data: bytes) -> list[Segment]:
     """Inverse of `encode_segments_msgpack`; any malformed input raises `InvalidSegmentError`."""
     try:
         return _MSGPACK_DECODER.decode(data)
-    except msgspec.MsgspecError as exc:
+    except (msgspec.MsgspecError, TypeError) as exc:
         raise InvalidSegmentError(f"invalid segments: {exc}") from exc
 
 
@@ -246,5 +247,5 @@ def decode_segments_json(data: bytes | str) -> list[Segment]:
     """Inverse of `encode_segments_json`; malformed input raises `InvalidSegmentError`."""
     try:
         return _from_objects(_JSON_DECODER.decode(data))
-    except (msgspec.MsgspecError, InvalidSegmentError) as exc:
+    except (msgspec.MsgspecError, InvalidSegmentError, TypeError) as exc:
         raise InvalidSegmentError(f"invalid segments: {exc}") from exc

@@ -173,8 +173,9 @@ class PayloadWriter:
         blob = self.encode(arrays)
         if blob is None:
             return None
+        segments = blob.segments(uri)  # validated before anything is written
         self.store.put(uri, blob.parts, blob.size)
-        return WrittenBlob(uri, blob.size, blob.regions, blob.segments(uri))
+        return WrittenBlob(uri, blob.size, blob.regions, segments)
 
     async def awrite_blob(self, destination: str, arrays: RequestArrays) -> WrittenBlob | None:
         """Async `write_blob`: encoding and the upload both run off the event loop."""
@@ -182,8 +183,9 @@ class PayloadWriter:
         blob = await asyncio.to_thread(self.encode, arrays)
         if blob is None:
             return None
+        segments = blob.segments(uri)  # validated before anything is written
         await self.store.aput(uri, blob.parts, blob.size)
-        return WrittenBlob(uri, blob.size, blob.regions, blob.segments(uri))
+        return WrittenBlob(uri, blob.size, blob.regions, segments)
 
     def write(self, destination: str, arrays: RequestArrays) -> list[Segment]:
         """`write_blob`, returning just the segments (empty when nothing was written)."""

@@ -10,7 +10,10 @@ calling thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
 import fsspec.asyn
@@ -35,6 +38,9 @@ class FsspecEngine(Engine):
         self.fs = fs
         self._max_concurrency = max_concurrency
         self._async = bool(getattr(fs, "async_impl", False))
+        self._in_memory = _is_in_memory(fs)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     # -- running coroutines on the filesystem's loop -------------------------------
     def _sync(self, coro: Coroutine[Any, Any, _T]) -> _T:
@@ -56,7 +62,7 @@ class FsspecEngine(Engine):
                     )
                     return data
                 except Exception as exc:
-                    return exc
+                    return b"" if _is_invalid_range(exc) else exc
 
         return list(await asyncio.gather(*(one(b) for b in blocks)))
 
@@ -67,13 +73,22 @@ class FsspecEngine(Engine):
             return []
         if self._async:
             return self._sync(self._gather_reads(blocks))
-        out: list[ReadOutcome] = []
-        for block in blocks:
-            try:
-                out.append(self.fs.cat_file(block.path, start=block.start, end=block.end))
-            except Exception as exc:
-                out.append(exc)
-        return out
+        if self._in_memory or len(blocks) == 1:
+            return [self._read_one(block) for block in blocks]
+        # Other sync filesystems (sftp, hdfs...) wait on the network per read.
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    self._max_concurrency, thread_name_prefix="payload-fsspec"
+                )
+        return list(self._pool.map(self._read_one, blocks))
+
+    def _read_one(self, block: Block) -> ReadOutcome:
+        try:
+            data: bytes = self.fs.cat_file(block.path, start=block.start, end=block.end)
+            return data
+        except Exception as exc:
+            return exc
 
     async def aread_blocks(self, blocks: Sequence[Block]) -> list[ReadOutcome]:
         # docstring inherited
@@ -81,11 +96,9 @@ class FsspecEngine(Engine):
             return []
         if self._async:
             return await self._on_fs_loop(self._gather_reads(blocks))
-        return (
-            self.read_blocks(blocks)
-            if _is_in_memory(self.fs)
-            else await super().aread_blocks(blocks)
-        )
+        if self._in_memory:
+            return self.read_blocks(blocks)
+        return await super().aread_blocks(blocks)
 
     def put(self, path: str, parts: Sequence[memoryview], size: int) -> None:
         # docstring inherited
@@ -128,9 +141,38 @@ class FsspecEngine(Engine):
         # docstring inherited
         return int(self.fs.size(path))
 
+    def close(self) -> None:
+        # docstring inherited
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+        creator = getattr(self.fs, "_s3creator", None)
+        if self._async and creator is not None:
+            # s3fs keeps an aiohttp session per instance; close it on its own loop.
+            with contextlib.suppress(Exception):
+                fsspec.asyn.sync(self.fs.loop, creator.__aexit__, None, None, None, timeout=5)
+            self.fs._s3 = None
+            self.fs._s3creator = None
+
 
 def _is_in_memory(fs: Any) -> bool:
     return "memory" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+
+
+def _is_invalid_range(exc: BaseException) -> bool:
+    """Whether an S3 error says the range starts past the end of the object (416); the
+    store then sees a short read and reports it with byte counts."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            code = str(response.get("Error", {}).get("Code", ""))
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code == "InvalidRange" or status == 416:
+                return True
+        seen = seen.__cause__
+    return False
 
 
 class S3FsspecEngine(FsspecEngine):

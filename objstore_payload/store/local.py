@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
+import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
@@ -31,7 +33,14 @@ __all__ = ["TEMP_PREFIX", "LocalEngine"]
 TEMP_PREFIX = "."
 """Temporary files start with a dot; keys never do, so a segment cannot name one."""
 
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+# O_NONBLOCK: a FIFO planted under the root must not hang the reader at open().
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+)
+_FD_LINKS = "/proc/self/fd"
 
 
 class LocalEngine(Engine):
@@ -44,29 +53,55 @@ class LocalEngine(Engine):
         self._root_dir = root_dir
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     def _inside_root(self, path: str) -> bool:
-        # Keys are checked before they reach here, so only a symlink planted inside the
-        # root could lead out of it. One realpath per opened file, not per range.
+        """Whether ``path``, with every symlink resolved, lies under the root.
+
+        Keys are checked before they reach here, so only a symlink planted inside the
+        root could lead out of it. Called per opened file, not per range.
+        """
         root = os.path.realpath(self._root_dir)
         return os.path.realpath(path).startswith(root + os.sep)
 
-    def _read_file(self, path: str, items: list[tuple[int, Block]], out: list[ReadOutcome]) -> None:
+    def _opened_inside_root(self, fd: int) -> bool:
+        """Whether the file actually opened lies under the root (closes the race between
+        checking a path and opening it); without /proc the path check stands alone."""
+        try:
+            opened = os.readlink(f"{_FD_LINKS}/{fd}")
+        except OSError:
+            return True
+        return opened.startswith(os.path.realpath(self._root_dir) + os.sep)
+
+    def _open_checked(self, path: str) -> int:
+        if not self._inside_root(path):
+            raise UriNotAllowedError(f"{path} resolves outside the storage root")
         try:
             fd = os.open(path, _OPEN_FLAGS)
         except OSError as exc:
-            error: BaseException = exc
             if exc.errno == errno.ELOOP:
-                error = UriNotAllowedError(f"{path} is a symbolic link; payload blobs never are")
+                raise UriNotAllowedError(
+                    f"{path} is a symbolic link; payload blobs never are"
+                ) from exc
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UriNotAllowedError(f"{path} is not a regular file")
+            if not self._opened_inside_root(fd):
+                raise UriNotAllowedError(f"{path} resolves outside the storage root")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _read_file(self, path: str, items: list[tuple[int, Block]], out: list[ReadOutcome]) -> None:
+        try:
+            fd = self._open_checked(path)
+        except (OSError, UriNotAllowedError) as exc:
             for index, _ in items:
-                out[index] = error
+                out[index] = exc
             return
         try:
-            if not self._inside_root(path):
-                error = UriNotAllowedError(f"{path} resolves outside the storage root")
-                for index, _ in items:
-                    out[index] = error
-                return
             for index, block in items:
                 try:
                     out[index] = os.pread(fd, block.size, block.start)
@@ -84,8 +119,11 @@ class LocalEngine(Engine):
         for items in by_file.values():
             items.sort(key=lambda item: item[1].start)
         if self._threads and len(by_file) > 1:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="payload-read")
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(
+                        self._threads, thread_name_prefix="payload-read"
+                    )
             futures = [
                 self._pool.submit(self._read_file, path, items, out)
                 for path, items in by_file.items()
@@ -100,7 +138,12 @@ class LocalEngine(Engine):
     def put(self, path: str, parts: Sequence[memoryview], size: int) -> None:
         # docstring inherited
         directory, name = os.path.split(path)
+        # A directory symlink under the root must not carry the blob out of it.
+        if not self._inside_root(path):
+            raise UriNotAllowedError(f"{path} resolves outside the storage root")
         _makedirs_durable(directory)
+        if not self._inside_root(path):
+            raise UriNotAllowedError(f"{path} resolves outside the storage root")
         temp = os.path.join(directory, f"{TEMP_PREFIX}{name}.{uuid.uuid4().hex}.tmp")
         fd = os.open(
             temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644
@@ -147,9 +190,10 @@ class LocalEngine(Engine):
 
     def close(self) -> None:
         # docstring inherited
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
 
 
 def _fsync_dir(directory: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from objstore_payload.store.coalesce import Block
 from objstore_payload.store.config import S3Options
 from objstore_payload.store.engine import DeleteOutcome, Engine, ReadOutcome
-from objstore_payload.store.fsspec_engine import DELETE_BATCH
+from objstore_payload.store.fsspec_engine import DELETE_BATCH, _is_invalid_range
 
 __all__ = ["Boto3Engine", "botocore_config_kwargs", "make_boto3_client", "make_s3fs"]
 
@@ -80,9 +80,14 @@ def make_boto3_client(options: S3Options) -> Any:
 
 
 def _translate(exc: Exception, path: str) -> Exception:
-    """botocore errors as builtins (missing: FileNotFoundError, denied: PermissionError)."""
-    from botocore.exceptions import ClientError
+    """botocore errors as builtins (missing: FileNotFoundError, denied: PermissionError,
+    anything else from botocore: OSError), cause kept."""
+    from botocore.exceptions import BotoCoreError, ClientError
 
+    if isinstance(exc, BotoCoreError):
+        wrapped = OSError(f"{path}: {exc}")
+        wrapped.__cause__ = exc
+        return wrapped
     if isinstance(exc, ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in ("NoSuchKey", "404", "NotFound", "NoSuchBucket"):
@@ -122,7 +127,7 @@ class Boto3Engine(Engine):
                 data: bytes = body.read()
             return data
         except Exception as exc:
-            return _translate(exc, block.path)
+            return b"" if _is_invalid_range(exc) else _translate(exc, block.path)
 
     def read_blocks(self, blocks: Sequence[Block]) -> list[ReadOutcome]:
         # docstring inherited
@@ -190,3 +195,4 @@ class Boto3Engine(Engine):
     def close(self) -> None:
         # docstring inherited
         self._pool.shutdown(wait=True)
+        self.client.close()

@@ -88,7 +88,11 @@ class DeleteReport:
 
 def _build_engine(config: StoreConfig, root: StoreRoot) -> Engine:
     choice = config.engine
-    if root.protocol == "file" and choice in ("auto", "local"):
+    if root.protocol == "file":
+        if choice not in ("auto", "local"):
+            # fsspec's local filesystem follows symlinks and writes in place; the local
+            # engine keeps reads inside the root and writes atomic and durable.
+            raise StoreConfigError(f"file:// roots use the local engine, not {choice!r}")
         from objstore_payload.store.local import LocalEngine
 
         return LocalEngine(root.fs_root, threads=config.read.local_threads)
@@ -136,27 +140,53 @@ class Store:
         self._engine = engine
         self._engine_pid = os.getpid()
         self._lock = threading.Lock()
+        self._stats_lock = threading.Lock()
 
     # -- engine ---------------------------------------------------------------------
+    def _engine_is_current(self) -> bool:
+        return self._engine is not None and (
+            not self._own_engine or self._engine_pid == os.getpid()
+        )
+
     @property
     def engine(self) -> Engine:
         """The storage engine, built on first use and rebuilt after a fork (s3fs and
         its event loop must not be shared with a forked DataLoader worker)."""
+        if self._engine_pid != os.getpid():
+            # A fork may have copied the locks while another thread held them.
+            self._lock = threading.Lock()
+            self._stats_lock = threading.Lock()
         with self._lock:
-            if self._own_engine and (self._engine is None or self._engine_pid != os.getpid()):
+            if not self._engine_is_current():
                 self._engine = _build_engine(self.config, self.root)
                 self._engine_pid = os.getpid()
             assert self._engine is not None
             return self._engine
 
+    async def aengine(self) -> Engine:
+        """`engine` for event loops: building a client takes ~100-200 ms, so the first
+        call builds it in a worker thread instead of on the loop."""
+        if self._engine_is_current():
+            assert self._engine is not None
+            return self._engine
+        return await asyncio.to_thread(lambda: self.engine)
+
+    def _policy(self, engine: Engine) -> CoalescePolicy:
+        gap = self.config.read.coalesce_gap
+        return CoalescePolicy(
+            max_gap=engine.default_coalesce_gap if gap is None else gap,
+            max_block=self.config.read.max_block,
+        )
+
     @property
     def coalesce_policy(self) -> CoalescePolicy:
         """The range-merging policy of this store."""
-        gap = self.config.read.coalesce_gap
-        return CoalescePolicy(
-            max_gap=self.engine.default_coalesce_gap if gap is None else gap,
-            max_block=self.config.read.max_block,
-        )
+        return self._policy(self.engine)
+
+    def _count(self, **increments: int) -> None:
+        with self._stats_lock:
+            for name, value in increments.items():
+                setattr(self.stats, name, getattr(self.stats, name) + value)
 
     # -- names ----------------------------------------------------------------------
     def check_uri(self, uri: str) -> str:
@@ -179,7 +209,7 @@ class Store:
 
     # -- reads ----------------------------------------------------------------------
     def _plan(
-        self, ranges: Sequence[tuple[str, int, int]]
+        self, ranges: Sequence[tuple[str, int, int]], policy: CoalescePolicy
     ) -> tuple[list[Block], list[Piece], dict[str, str]]:
         uri_of_path: dict[str, str] = {}
         resolved = []
@@ -189,12 +219,12 @@ class Store:
             path = self.check_uri(uri)
             uri_of_path[path] = uri
             resolved.append((path, start, end))
-        blocks, pieces = coalesce(resolved, self.coalesce_policy)
-        self.stats.bytes_requested += sum(end - start for _, start, end in resolved)
+        blocks, pieces = coalesce(resolved, policy)
+        self._count(bytes_requested=sum(end - start for _, start, end in resolved))
         return blocks, pieces, uri_of_path
 
     def _record(self, op: str, blocks: Sequence[Block]) -> None:
-        self.stats.get_requests += len(blocks)
+        self._count(get_requests=len(blocks))
         if self.requests is not None:
             self.requests.extend(RequestRecord(op, b.path, b.start, b.end) for b in blocks)
 
@@ -223,7 +253,7 @@ class Store:
                 failures[index] = outcome
                 again.append(index)
                 continue
-            self.stats.bytes_fetched += len(outcome)
+            self._count(bytes_fetched=len(outcome))
             if len(outcome) == block.size:
                 results[index] = outcome
                 failures.pop(index, None)
@@ -264,13 +294,13 @@ class Store:
         short or failed ranges are retried per `RetryPolicy`; then `ShortReadError`,
         `PayloadNotFoundError` or `StoreIOError` is raised.
         """
-        blocks, pieces, uri_of_path = self._plan(ranges)
+        engine = self.engine
+        blocks, pieces, uri_of_path = self._plan(ranges, self._policy(engine))
         results: list[bytes | bytearray | memoryview | None] = [None] * len(blocks)
         failures: dict[int, ReadOutcome] = {}
         todo = list(range(len(blocks)))
         policy = self.config.retry
         deadline = time.monotonic() + policy.total_timeout_s
-        engine = self.engine
         attempt = 0
         while todo:
             attempt += 1
@@ -283,19 +313,19 @@ class Store:
             delay = policy.delay(attempt)
             if attempt >= policy.max_attempts or time.monotonic() + delay > deadline:
                 self._give_up(blocks, failures, uri_of_path, attempt)
-            self.stats.retries += len(todo)
+            self._count(retries=len(todo))
             time.sleep(delay)
         return self._slice(results, pieces)
 
     async def aread_ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[memoryview]:
         """Async `read_ranges`: same checks, merging, retries and errors."""
-        blocks, pieces, uri_of_path = self._plan(ranges)
+        engine = await self.aengine()
+        blocks, pieces, uri_of_path = self._plan(ranges, self._policy(engine))
         results: list[bytes | bytearray | memoryview | None] = [None] * len(blocks)
         failures: dict[int, ReadOutcome] = {}
         todo = list(range(len(blocks)))
         policy = self.config.retry
         deadline = time.monotonic() + policy.total_timeout_s
-        engine = self.engine
         attempt = 0
         while todo:
             attempt += 1
@@ -308,7 +338,7 @@ class Store:
             delay = policy.delay(attempt)
             if attempt >= policy.max_attempts or time.monotonic() + delay > deadline:
                 self._give_up(blocks, failures, uri_of_path, attempt)
-            self.stats.retries += len(todo)
+            self._count(retries=len(todo))
             await asyncio.sleep(delay)
         return self._slice(results, pieces)
 
@@ -319,8 +349,6 @@ class Store:
     # -- writes ---------------------------------------------------------------------
     def _before_put(self, uri: str, size: int) -> str:
         path = self.check_uri(uri)
-        self.stats.put_requests += 1
-        self.stats.bytes_written += size
         if self.requests is not None:
             self.requests.append(RequestRecord("put", path, 0, size))
         return path
@@ -332,8 +360,11 @@ class Store:
         path = self._before_put(uri, total)
         try:
             self.engine.put(path, views, total)
-        except OSError as exc:
-            raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc}") from exc
+        except PayloadError:
+            raise
+        except Exception as exc:
+            raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc!r}") from exc
+        self._count(put_requests=1, bytes_written=total)
 
     async def aput(
         self, uri: str, parts: Sequence[memoryview | bytes], size: int | None = None
@@ -342,10 +373,14 @@ class Store:
         views = [memoryview(p) for p in parts]
         total = sum(v.nbytes for v in views) if size is None else size
         path = self._before_put(uri, total)
+        engine = await self.aengine()
         try:
-            await self.engine.aput(path, views, total)
-        except OSError as exc:
-            raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc}") from exc
+            await engine.aput(path, views, total)
+        except PayloadError:
+            raise
+        except Exception as exc:
+            raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc!r}") from exc
+        self._count(put_requests=1, bytes_written=total)
 
     # -- housekeeping ---------------------------------------------------------------
     def size(self, uri: str) -> int:
@@ -357,8 +392,10 @@ class Store:
             return self.engine.size(path)
         except FileNotFoundError as exc:
             raise PayloadNotFoundError(f"payload blob {uri} does not exist") from exc
-        except OSError as exc:
-            raise StoreIOError(f"cannot stat {uri}: {exc}") from exc
+        except PayloadError:
+            raise
+        except Exception as exc:
+            raise StoreIOError(f"cannot stat {uri}: {exc!r}") from exc
 
     def list(self, prefix: str | None = None) -> list[str]:
         """URIs of every object under ``prefix`` (default: the whole root)."""
@@ -368,8 +405,10 @@ class Store:
             self.requests.append(RequestRecord("list", path))
         try:
             found = self.engine.list(path)
-        except OSError as exc:
-            raise StoreIOError(f"cannot list {prefix or self.root.url}: {exc}") from exc
+        except PayloadError:
+            raise
+        except Exception as exc:
+            raise StoreIOError(f"cannot list {prefix or self.root.url}: {exc!r}") from exc
         head = self.root.fs_root.rstrip("/") + "/"
         return [self.root.url + "/" + p[len(head) :] for p in found if p.startswith(head)]
 
@@ -381,9 +420,13 @@ class Store:
             return DeleteReport()
         if self.requests is not None:
             self.requests.extend(RequestRecord("delete", p) for p in paths)
-        outcome = self.engine.delete(paths)
-        self.stats.delete_requests += outcome.requests
-        self.stats.keys_deleted += len(paths) - len(outcome.failed)
+        try:
+            outcome = self.engine.delete(paths)
+        except PayloadError:
+            raise
+        except Exception as exc:
+            raise StoreIOError(f"deleting {len(paths)} objects failed: {exc!r}") from exc
+        self._count(delete_requests=outcome.requests, keys_deleted=len(paths) - len(outcome.failed))
         return DeleteReport(
             requests=outcome.requests,
             deleted=len(paths) - len(outcome.failed),

@@ -14,6 +14,7 @@ import pytest
 
 from objstore_payload import (
     FieldWindow,
+    InvalidPayloadError,
     PayloadNotFoundError,
     PayloadReader,
     PayloadWriter,
@@ -120,6 +121,21 @@ class StoreConformance:
         assert (info.value.uri, info.value.offset, info.value.expected) == (uri, 60, 100)
         assert info.value.received == 40
         assert store.stats.get_requests == FAST_RETRY.max_attempts
+
+    def test_range_starting_past_the_end_is_a_short_read(self, store: Store) -> None:
+        uri = store.new_blob_uri(store.root.url)
+        store.put(uri, [b"x" * 100])
+        with pytest.raises(ShortReadError) as info:
+            store.read_ranges([(uri, 150, 160)])
+        assert (info.value.expected, info.value.received) == (10, 0)
+
+    def test_rows_with_an_empty_dimension_are_refused_before_writing(self, store: Store) -> None:
+        arrays = RequestArrays(
+            prompt_len=4, completion_len=3, routed_experts=np.zeros((6, 0, 8), np.uint8)
+        )
+        with pytest.raises(InvalidPayloadError, match="row dimensions"):
+            PayloadWriter(store).write(store.root.url, arrays)
+        assert store.list() == []
 
     @pytest.mark.parametrize("index", range(27))
     def test_hostile_uri_is_refused_before_any_io(self, store: Store, index: int) -> None:

@@ -9,7 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from objstore_payload import PayloadReader, PayloadWriter, Store, StoreConfig, UriNotAllowedError
+from objstore_payload import (
+    PayloadReader,
+    PayloadWriter,
+    Store,
+    StoreConfig,
+    StoreConfigError,
+    UriNotAllowedError,
+)
 from objstore_payload.store import ReadOptions
 from tests.conformance.base import FAST_RETRY, StoreConformance, worked_example
 
@@ -32,7 +39,7 @@ class TestFileStore(StoreConformance):
         secret.write_bytes(b"s" * 64)
         (tmp_path / "payloads").mkdir(exist_ok=True)
         (tmp_path / "payloads" / "link.bin").symlink_to(secret)
-        with pytest.raises(UriNotAllowedError, match="symbolic link"):
+        with pytest.raises(UriNotAllowedError, match=r"symbolic link|outside the storage root"):
             store.read_ranges([(f"{store.root.url}/link.bin", 0, 8)])
         assert store.stats.get_requests == 1  # refused, not retried
 
@@ -46,6 +53,30 @@ class TestFileStore(StoreConformance):
         (tmp_path / "payloads" / "v9").symlink_to(outside)
         with pytest.raises(UriNotAllowedError, match="outside the storage root"):
             store.read_ranges([(f"{store.root.url}/v9/x.bin", 0, 8)])
+
+    def test_fifo_under_the_root_is_refused_without_hanging(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        (tmp_path / "payloads").mkdir(exist_ok=True)
+        os.mkfifo(tmp_path / "payloads" / "pipe.bin")
+        with pytest.raises(UriNotAllowedError, match="not a regular file"):
+            store.read_ranges([(f"{store.root.url}/pipe.bin", 0, 8)])
+
+    def test_write_through_a_symlinked_directory_is_refused(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        (tmp_path / "payloads").mkdir(exist_ok=True)
+        (tmp_path / "payloads" / "v7").symlink_to(outside)
+        with pytest.raises(UriNotAllowedError, match="outside the storage root"):
+            PayloadWriter(store).write(store.version_prefix(7), worked_example())
+        assert list(outside.iterdir()) == []
+
+
+def test_fsspec_engine_is_refused_for_file_roots(tmp_path: Path) -> None:
+    with pytest.raises(StoreConfigError, match="local engine"):
+        _ = Store(StoreConfig(root=tmp_path.as_uri(), engine="fsspec")).engine
 
 
 def test_threaded_local_reads_match_the_loop(tmp_path: Path) -> None:

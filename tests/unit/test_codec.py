@@ -8,7 +8,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from objstore_payload import InlineDecodeError, codec
+from objstore_payload import InlineDecodeError, InvalidPayloadError, codec
 
 
 def as_json(value: codec.PackedArray | codec.PackedRouting | codec.PackedMask) -> object:
@@ -75,6 +75,18 @@ def test_array_disagreements_are_named(obj: object, message: str) -> None:
         codec.decode_array(obj)
 
 
+def test_hostile_dimensions_are_named() -> None:
+    with pytest.raises(InlineDecodeError, match="not a valid array shape"):
+        codec.decode_array(packed(b"", [2**63, 0], "uint8"))
+
+
+def test_encoding_refuses_values_that_do_not_fit() -> None:
+    with pytest.raises(InvalidPayloadError, match="do not fit int32"):
+        codec.encode_mask(np.array([1]), np.array([2**40 + 5]))
+    with pytest.raises(InvalidPayloadError, match="not allowed"):
+        codec.encode_array(np.zeros(2, np.complex64))
+
+
 def test_narrowing_checks() -> None:
     with pytest.raises(InlineDecodeError, match="expected 1 dimensions"):
         codec.decode_array(packed(b"\x00" * 4, [2, 2], "uint8"), ndim=1)
@@ -86,7 +98,11 @@ def test_narrowing_checks() -> None:
     ("obj", "message"),
     [
         (packed(b"\x00" * 24, [24], "uint8", start=0), "expected 3 dimensions"),
-        (packed(b"\x00" * 24, [4, 2, 3], "uint8", start=-1), "start must be non-negative"),
+        (
+            packed(b"\x00" * 24, [4, 2, 3], "uint8", start=-1),
+            r"start must lie in \[0, 2147483647\], got -1",
+        ),
+        (packed(b"\x00" * 24, [4, 2, 3], "uint8", start=2**70), "start must lie in"),
         (packed(b"\x00" * 24, [4, 2, 3], "uint8"), "start"),
         (packed(b"\x00" * 24, [1, 2, 3], "float32", start=0), "not allowed"),
         (packed(np.full(6, -1, np.int32).tobytes(), [1, 2, 3], "int32", start=0), "non-negative"),

@@ -124,13 +124,24 @@ def test_json_has_named_keys_and_round_trips() -> None:
     assert segments_from_builtins(segments_to_builtins(segs)) == segs
 
 
+def test_json_segments_ignore_keys_appended_by_newer_writers() -> None:
+    data = b'[{"field":"routed_experts","uri":"u","offset":0,"pos":0,"rows":1,"dtype":"uint8","shape":[2],"etag":"x"}]'
+    assert decode_segments_json(data) == [Segment("routed_experts", "u", 0, 0, 1, "uint8", (2,))]
+
+
+def test_non_bytes_input_is_a_typed_error() -> None:
+    with pytest.raises(InvalidSegmentError):
+        decode_segments_msgpack(None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidSegmentError):
+        decode_segments_json(None)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     "payload",
     [
         b'[{"field":"routed_experts","uri":"u","offset":-1,"pos":0,"rows":1,"dtype":"uint8","shape":[]}]',
         b'[{"field":"routed_experts","uri":"u","offset":0,"pos":0,"rows":1,"dtype":"complex64","shape":[]}]',
         b'[{"field":"routed_experts","uri":"u","offset":0,"pos":0,"rows":1,"dtype":"uint8"}]',
-        b'[{"field":"routed_experts","uri":"u","offset":0,"pos":0,"rows":1,"dtype":"uint8","shape":[],"x":1}]',
         b'[{"field":"routed_experts","uri":"u","offset":"0","pos":0,"rows":1,"dtype":"uint8","shape":[]}]',
         b'[{"field":"routed_experts","uri":"u","offset":18446744073709551616,"pos":0,"rows":1,"dtype":"uint8","shape":[]}]',
         b"{}",
