@@ -75,7 +75,10 @@ class WindowPlan:
         self.specs = {name: get_field(name) for name in wanted}
         self.by_field: dict[str, list[Segment]] = {name: [] for name in wanted}
         for seg in segments:
-            if seg.field in self.by_field and seg.rows:
+            # A zero-row segment reads nothing but still says the field is present: a
+            # sample truncated before its first completion token keeps such a mask
+            # placeholder and gets an all-fill, width-1 tensor, as the inline path does.
+            if seg.field in self.by_field:
                 self.by_field[seg.field].append(seg)
         for name, segs in self.by_field.items():
             _check_segments(self.specs[name], segs)
@@ -85,7 +88,7 @@ class WindowPlan:
 
     def uris(self) -> set[str]:
         """Every URI this plan may read."""
-        return {seg.uri for segs in self.by_field.values() for seg in segs}
+        return {seg.uri for segs in self.by_field.values() for seg in segs if seg.rows}
 
     # -- pass 1 ---------------------------------------------------------------------
     def offset_ranges(self) -> list[Range]:
@@ -101,6 +104,8 @@ class WindowPlan:
             state = _RaggedField(spec, segs, dtype_from_name(spec.value_dtype), [None] * len(segs))
             self._ragged[name] = state
             for index, seg in enumerate(segs):
+                if not seg.rows:
+                    continue
                 if need_all or any(seg.clip(w.lo, w.hi) for w in field_windows):
                     ranges.append(
                         (seg.uri, seg.offset, seg.offset + _OFFSET.itemsize * (seg.rows + 1))

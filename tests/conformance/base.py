@@ -227,6 +227,19 @@ class StoreConformance:
         assert got is not None
         assert got.tolist() == [[-1] * 4, [-1] * 4, [5, -1, -1, -1], [6, -1, -1, -1]]
 
+    def test_zero_row_segment_reads_as_fill_without_io(self, store: Store) -> None:
+        # A sample truncated before its first completion token keeps a zero-row mask
+        # placeholder: the trainer gets an all -1, width-1 tensor, like the inline path.
+        segments = PayloadWriter(store).write(store.root.url, worked_example())
+        placeholder = Segment(
+            "sampling_mask", segments[1].uri, segments[1].offset, 0, 0, "uint32", ()
+        )
+        store.stats.reset()
+        got = PayloadReader(store).read_field([placeholder], "sampling_mask", 0, 3)
+        assert got is not None
+        assert got.tolist() == [[-1], [-1], [-1]]
+        assert store.stats.get_requests == 0
+
     def test_async_reads_and_writes_match_sync(self, store: Store) -> None:
         writer, reader = PayloadWriter(store), PayloadReader(store)
         windows = [FieldWindow("routed_experts", 0, 8), FieldWindow("sampling_mask", 4, 8)]
