@@ -22,12 +22,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import google_crc32c
 import msgspec
 import numpy as np
 
+from objstore_payload.buffers import byte_view
 from objstore_payload.dtypes import dtype_from_name, name_of_dtype
 from objstore_payload.errors import BlobFormatError, BlobTooLargeError, InvalidPayloadError
 from objstore_payload.fields import get_field
@@ -137,9 +138,7 @@ class EncodedBlob:
 def _byte_view(array: np.ndarray) -> memoryview:
     """The raw little-endian bytes of ``array`` as a flat view (no copy when it is
     already C-contiguous and little-endian)."""
-    data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-    flat: Any = data.reshape(-1).view(np.uint8)  # numpy's stubs do not declare Buffer
-    return memoryview(flat)
+    return byte_view(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")))
 
 
 def _fixed_region(region: FixedRegion, offset: int) -> tuple[RegionEntry, list[memoryview]]:

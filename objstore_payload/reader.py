@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from objstore_payload.buffers import byte_view
 from objstore_payload.dtypes import dtype_from_name
 from objstore_payload.errors import BlobFormatError, InvalidSegmentError
 from objstore_payload.fields import FieldSpec, get_field
@@ -129,15 +130,43 @@ class WindowPlan:
             state.width = max(widest, 1)
 
     # -- pass 2 ---------------------------------------------------------------------
+    def _allocate(self) -> None:
+        # Fixed-width outputs start uninitialized and only uncovered rows get the fill
+        # (routing is hundreds of bytes per row: writing it twice would double the cost).
+        self._outputs: list[np.ndarray | None] = []
+        self._covered: list[np.ndarray | None] = []
+        for window in self.windows:
+            spec = self.specs[window.field]
+            segs = self.by_field[window.field]
+            length = window.hi - window.lo
+            if not segs:
+                self._outputs.append(None)
+                self._covered.append(None)
+            elif spec.ragged:
+                state = self._ragged[window.field]
+                width = window.width if window.width is not None else state.width
+                self._outputs.append(np.full((length, width), spec.fill, dtype=state.value_dtype))
+                self._covered.append(None)
+            else:
+                self._outputs.append(_fixed_output(spec, segs, length))
+                self._covered.append(np.zeros(length, dtype=bool))
+
     def value_ranges(self) -> list[Range]:
         """Pass 2: every fixed-width row range and ragged value span inside the windows."""
+        self._allocate()
         ranges: list[Range] = []
+        self._destinations: list[memoryview | None] = []
         for w_index, window in enumerate(self.windows):
             spec = self.specs[window.field]
-            for index, seg in enumerate(self.by_field[window.field]):
-                clipped = seg.clip(window.lo, window.hi)
-                if clipped is None:
-                    continue
+            out = self._outputs[w_index]
+            clipped_all = [
+                (index, seg, clipped)
+                for index, seg in enumerate(self.by_field[window.field])
+                if (clipped := seg.clip(window.lo, window.hi)) is not None
+            ]
+            alone = _rows_alone([c for _, _, c in clipped_all])
+            for (index, seg, clipped), is_alone in zip(clipped_all, alone, strict=True):
+                dest = None
                 if spec.ragged:
                     offsets = self._ragged[window.field].offsets[index]
                     assert offsets is not None
@@ -146,27 +175,33 @@ class WindowPlan:
                     ranges.append((seg.uri, start, end))
                 else:
                     ranges.append((seg.uri, *clipped.byte_range))
+                    assert out is not None
+                    row = clipped.pos - window.lo
+                    # Rows that no other segment touches, in the output's own dtype and
+                    # shape, are read straight into the output (no buffer, no copy).
+                    if (
+                        is_alone
+                        and dtype_from_name(clipped.dtype) == out.dtype
+                        and clipped.shape == out.shape[1:]
+                    ):
+                        dest = byte_view(out[row : row + clipped.rows])
+                self._destinations.append(dest)
                 self._value_owners.append((w_index, index, seg, clipped))
         return ranges
 
+    def value_destinations(self) -> list[memoryview | None]:
+        """Pass 2: where each value range may be read straight into (or None)."""
+        return self._destinations
+
     def assemble(self, buffers: Sequence[memoryview]) -> list[np.ndarray | None]:
         """Pass 2 results: one array per window (None for a field with no segments)."""
-        outputs: list[np.ndarray | None] = []
-        for window in self.windows:
-            spec = self.specs[window.field]
-            segs = self.by_field[window.field]
-            if not segs:
-                outputs.append(None)
-            elif spec.ragged:
-                state = self._ragged[window.field]
-                width = window.width if window.width is not None else state.width
-                outputs.append(
-                    np.full((window.hi - window.lo, width), spec.fill, dtype=state.value_dtype)
-                )
-            else:
-                outputs.append(_fixed_output(spec, segs, window.hi - window.lo))
-        for (w_index, index, seg, clipped), buf in zip(self._value_owners, buffers, strict=True):
-            out = outputs[w_index]
+        if not hasattr(self, "_outputs"):
+            self._allocate()
+            self._destinations = []
+        for position, ((w_index, index, seg, clipped), buf) in enumerate(
+            zip(self._value_owners, buffers, strict=True)
+        ):
+            out = self._outputs[w_index]
             assert out is not None
             window = self.windows[w_index]
             row = clipped.pos - window.lo
@@ -179,8 +214,30 @@ class WindowPlan:
                 counts = np.diff(offsets[a : a + clipped.rows + 1]) // state.value_dtype.itemsize
                 _scatter_ragged(out, row, counts, buf, state.value_dtype, spec, seg)
             else:
-                _scatter_fixed(out, row, clipped, buf, spec)
-        return outputs
+                if self._destinations[position] is None:
+                    _scatter_fixed(out, row, clipped, buf, spec)
+                mask = self._covered[w_index]
+                assert mask is not None
+                mask[row : row + clipped.rows] = True
+        for window, out, mask in zip(self.windows, self._outputs, self._covered, strict=True):
+            if out is not None and mask is not None and not mask.all():
+                out[~mask] = self.specs[window.field].fill
+        return self._outputs
+
+
+def _rows_alone(clipped: Sequence[Segment]) -> list[bool]:
+    """For each segment, whether no other segment of the list covers any of its rows
+    (then the order in which they land does not matter)."""
+    order = sorted(range(len(clipped)), key=lambda i: clipped[i].pos)
+    alone = [True] * len(clipped)
+    reach, reach_index = -1, -1
+    for i in order:
+        if clipped[i].pos < reach:
+            alone[i] = False
+            alone[reach_index] = False
+        if clipped[i].end > reach:
+            reach, reach_index = clipped[i].end, i
+    return alone
 
 
 def _check_segments(spec: FieldSpec, segs: Sequence[Segment]) -> None:
@@ -221,7 +278,7 @@ def _fixed_output(spec: FieldSpec, segs: Sequence[Segment], length: int) -> np.n
         )
     shape = tuple(int(d) for d in np.max([s.shape for s in segs], axis=0)) if segs[0].shape else ()
     dtype = np.result_type(*(dtype_from_name(s.dtype) for s in segs))
-    return np.full((length, *shape), spec.fill, dtype=dtype)
+    return np.empty((length, *shape), dtype=dtype)
 
 
 def _scatter_fixed(
@@ -283,7 +340,9 @@ class PayloadReader:
         if offset_ranges:
             plan.take_offsets(self.store.read_ranges(offset_ranges))
         value_ranges = plan.value_ranges()
-        return plan.assemble(self.store.read_ranges(value_ranges) if value_ranges else [])
+        if not value_ranges:
+            return plan.assemble([])
+        return plan.assemble(self.store.read_ranges(value_ranges, into=plan.value_destinations()))
 
     async def aread_window(
         self, segments: Iterable[Segment], windows: Sequence[FieldWindow]
@@ -294,7 +353,11 @@ class PayloadReader:
         if offset_ranges:
             plan.take_offsets(await self.store.aread_ranges(offset_ranges))
         value_ranges = plan.value_ranges()
-        return plan.assemble(await self.store.aread_ranges(value_ranges) if value_ranges else [])
+        if not value_ranges:
+            return plan.assemble([])
+        return plan.assemble(
+            await self.store.aread_ranges(value_ranges, into=plan.value_destinations())
+        )
 
     def read_field(
         self,

@@ -30,6 +30,21 @@ class DeleteOutcome:
     failed: list[tuple[str, BaseException]] = field(default_factory=list)
 
 
+def _copy(outcome: ReadOutcome, targets: Sequence[memoryview] | None) -> ReadOutcome | int:
+    """Scatter ``outcome`` over ``targets``; the bytes copied (or ``outcome`` untouched)."""
+    if targets is None or isinstance(outcome, BaseException):
+        return outcome
+    data = memoryview(outcome)
+    cursor = 0
+    for view in targets:
+        count = min(view.nbytes, data.nbytes - cursor)
+        if count <= 0:
+            break
+        view[:count] = data[cursor : cursor + count]
+        cursor += count
+    return data.nbytes
+
+
 class Engine(ABC):
     """Bytes in and out of one storage system, by engine-level path."""
 
@@ -48,6 +63,24 @@ class Engine(ABC):
     async def aread_blocks(self, blocks: Sequence[Block]) -> list[ReadOutcome]:
         """Async `read_blocks`. The default runs it in a worker thread."""
         return await asyncio.to_thread(self.read_blocks, blocks)
+
+    def read_blocks_into(
+        self, blocks: Sequence[Block], targets: Sequence[Sequence[memoryview] | None]
+    ) -> list[ReadOutcome | int]:
+        """Like `read_blocks`, but a block with targets has its bytes scattered over those
+        views (their sizes add up to the block's) and yields the number of bytes read.
+
+        The default reads and copies; engines that can read straight into memory
+        (``preadv``) override it to save the copy.
+        """
+        return [_copy(o, t) for o, t in zip(self.read_blocks(blocks), targets, strict=True)]
+
+    async def aread_blocks_into(
+        self, blocks: Sequence[Block], targets: Sequence[Sequence[memoryview] | None]
+    ) -> list[ReadOutcome | int]:
+        """Async `read_blocks_into`."""
+        outcomes = await self.aread_blocks(blocks)
+        return [_copy(o, t) for o, t in zip(outcomes, targets, strict=True)]
 
     @abstractmethod
     def put(self, path: str, parts: Sequence[memoryview], size: int) -> None:

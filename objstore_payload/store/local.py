@@ -54,15 +54,38 @@ class LocalEngine(Engine):
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._real_root: str | None = None
+        self._dirs_inside: set[str] = set()
+
+    def _root_prefix(self) -> str:
+        """The root's resolved path plus a separator, cached once the root exists."""
+        if self._real_root is not None:
+            return self._real_root
+        real = os.path.realpath(self._root_dir) + os.sep
+        if os.path.isdir(real):
+            self._real_root = real
+        return real
 
     def _inside_root(self, path: str) -> bool:
         """Whether ``path``, with every symlink resolved, lies under the root.
 
         Keys are checked before they reach here, so only a symlink planted inside the
-        root could lead out of it. Called per opened file, not per range.
+        root could lead out of it.
         """
-        root = os.path.realpath(self._root_dir)
-        return os.path.realpath(path).startswith(root + os.sep)
+        return os.path.realpath(path).startswith(self._root_prefix())
+
+    def _dir_inside_root(self, directory: str) -> bool:
+        # Resolving a path costs an lstat per component; blobs share a few directories
+        # (v<k>/), so the answer is cached per directory. A directory swapped for a
+        # symlink after caching is still caught on the opened descriptor.
+        if directory in self._dirs_inside:
+            return True
+        if not (os.path.realpath(directory) + os.sep).startswith(self._root_prefix()):
+            return False
+        if len(self._dirs_inside) > 4096:
+            self._dirs_inside.clear()
+        self._dirs_inside.add(directory)
+        return True
 
     def _opened_inside_root(self, fd: int) -> bool:
         """Whether the file actually opened lies under the root (closes the race between
@@ -71,10 +94,12 @@ class LocalEngine(Engine):
             opened = os.readlink(f"{_FD_LINKS}/{fd}")
         except OSError:
             return True
-        return opened.startswith(os.path.realpath(self._root_dir) + os.sep)
+        return opened.startswith(self._root_prefix())
 
     def _open_checked(self, path: str) -> int:
-        if not self._inside_root(path):
+        # The last component is opened with O_NOFOLLOW, so a checked directory is enough
+        # before the open; the descriptor is checked after it.
+        if not self._dir_inside_root(os.path.dirname(path)):
             raise UriNotAllowedError(f"{path} resolves outside the storage root")
         try:
             fd = os.open(path, _OPEN_FLAGS)
@@ -94,7 +119,13 @@ class LocalEngine(Engine):
             raise
         return fd
 
-    def _read_file(self, path: str, items: list[tuple[int, Block]], out: list[ReadOutcome]) -> None:
+    def _read_file(
+        self,
+        path: str,
+        items: list[tuple[int, Block]],
+        targets: Sequence[Sequence[memoryview] | None],
+        out: list[ReadOutcome | int],
+    ) -> None:
         try:
             fd = self._open_checked(path)
         except (OSError, UriNotAllowedError) as exc:
@@ -103,16 +134,22 @@ class LocalEngine(Engine):
             return
         try:
             for index, block in items:
+                views = targets[index]
                 try:
-                    out[index] = os.pread(fd, block.size, block.start)
+                    if views is None:
+                        out[index] = os.pread(fd, block.size, block.start)
+                    else:
+                        out[index] = _preadv(fd, views, block.start)
                 except OSError as exc:
                     out[index] = exc
         finally:
             os.close(fd)
 
-    def read_blocks(self, blocks: Sequence[Block]) -> list[ReadOutcome]:
+    def read_blocks_into(
+        self, blocks: Sequence[Block], targets: Sequence[Sequence[memoryview] | None]
+    ) -> list[ReadOutcome | int]:
         # docstring inherited
-        out: list[ReadOutcome] = [b""] * len(blocks)
+        out: list[ReadOutcome | int] = [b""] * len(blocks)
         by_file: dict[str, list[tuple[int, Block]]] = defaultdict(list)
         for index, block in enumerate(blocks):
             by_file[block.path].append((index, block))
@@ -125,15 +162,20 @@ class LocalEngine(Engine):
                         self._threads, thread_name_prefix="payload-read"
                     )
             futures = [
-                self._pool.submit(self._read_file, path, items, out)
+                self._pool.submit(self._read_file, path, items, targets, out)
                 for path, items in by_file.items()
             ]
             for future in futures:
                 future.result()
         else:
             for path, items in by_file.items():
-                self._read_file(path, items, out)
+                self._read_file(path, items, targets, out)
         return out
+
+    def read_blocks(self, blocks: Sequence[Block]) -> list[ReadOutcome]:
+        # docstring inherited
+        outcomes = self.read_blocks_into(blocks, [None] * len(blocks))
+        return [o for o in outcomes if not isinstance(o, int)]
 
     def put(self, path: str, parts: Sequence[memoryview], size: int) -> None:
         # docstring inherited
@@ -194,6 +236,22 @@ class LocalEngine(Engine):
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
                 self._pool = None
+
+
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+
+def _preadv(fd: int, views: Sequence[memoryview], offset: int) -> int:
+    """Read into ``views`` in order from ``offset``; the bytes read (short at end of file)."""
+    total = 0
+    for first in range(0, len(views), _IOV_MAX):
+        chunk = list(views[first : first + _IOV_MAX])
+        want = sum(v.nbytes for v in chunk)
+        got = os.preadv(fd, chunk, offset + total)
+        total += got
+        if got < want:
+            break
+    return total
 
 
 def _fsync_dir(directory: str) -> None:

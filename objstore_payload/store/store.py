@@ -27,7 +27,7 @@ from objstore_payload.errors import (
     StoreConfigError,
     StoreIOError,
 )
-from objstore_payload.store.coalesce import Block, CoalescePolicy, Piece, coalesce
+from objstore_payload.store.coalesce import Block, CoalescePolicy, coalesce
 from objstore_payload.store.config import StoreConfig
 from objstore_payload.store.engine import Engine, ReadOutcome
 from objstore_payload.store.root import StoreRoot
@@ -208,139 +208,72 @@ class Store:
         return f"{self.root.url}/v{version}"
 
     # -- reads ----------------------------------------------------------------------
-    def _plan(
-        self, ranges: Sequence[tuple[str, int, int]], policy: CoalescePolicy
-    ) -> tuple[list[Block], list[Piece], dict[str, str]]:
-        uri_of_path: dict[str, str] = {}
-        resolved = []
-        for uri, start, end in ranges:
-            if type(start) is not int or type(end) is not int or not 0 <= start <= end:
-                raise InvalidSegmentError(f"invalid byte range [{start!r}, {end!r}) of {uri!r}")
-            path = self.check_uri(uri)
-            uri_of_path[path] = uri
-            resolved.append((path, start, end))
-        blocks, pieces = coalesce(resolved, policy)
-        self._count(bytes_requested=sum(end - start for _, start, end in resolved))
-        return blocks, pieces, uri_of_path
-
     def _record(self, op: str, blocks: Sequence[Block]) -> None:
         self._count(get_requests=len(blocks))
         if self.requests is not None:
             self.requests.extend(RequestRecord(op, b.path, b.start, b.end) for b in blocks)
 
-    def _settle(
+    def read_ranges(
         self,
-        blocks: Sequence[Block],
-        todo: list[int],
-        outcomes: Sequence[ReadOutcome],
-        results: list[bytes | bytearray | memoryview | None],
-        failures: dict[int, ReadOutcome],
-        uri_of_path: dict[str, str],
-    ) -> list[int]:
-        """File the outcomes of one attempt; return the blocks worth another attempt."""
-        again = []
-        for index, outcome in zip(todo, outcomes, strict=True):
-            block = blocks[index]
-            if isinstance(outcome, BaseException):
-                if isinstance(outcome, PayloadError):
-                    raise outcome
-                if isinstance(outcome, FileNotFoundError):
-                    uri = uri_of_path[block.path]
-                    raise PayloadNotFoundError(f"payload blob {uri} does not exist") from outcome
-                if isinstance(outcome, _FATAL_ERRORS):
-                    uri = uri_of_path[block.path]
-                    raise StoreIOError(f"cannot read {uri}: {outcome!r}") from outcome
-                failures[index] = outcome
-                again.append(index)
-                continue
-            self._count(bytes_fetched=len(outcome))
-            if len(outcome) == block.size:
-                results[index] = outcome
-                failures.pop(index, None)
-            else:
-                failures[index] = outcome
-                again.append(index)
-        return again
-
-    def _give_up(
-        self,
-        blocks: Sequence[Block],
-        failures: dict[int, ReadOutcome],
-        uri_of_path: dict[str, str],
-        attempts: int,
-    ) -> None:
-        index, outcome = next(iter(failures.items()))
-        block = blocks[index]
-        uri = uri_of_path[block.path]
-        if isinstance(outcome, BaseException):
-            raise StoreIOError(
-                f"reading {uri} bytes [{block.start}, {block.end}) failed after {attempts} "
-                f"attempts: {outcome!r}"
-            ) from outcome
-        raise ShortReadError(uri, block.start, block.size, len(outcome))
-
-    @staticmethod
-    def _slice(
-        results: Sequence[bytes | bytearray | memoryview | None], pieces: Sequence[Piece]
+        ranges: Sequence[tuple[str, int, int]],
+        *,
+        into: Sequence[memoryview | None] | None = None,
     ) -> list[memoryview]:
-        views = [memoryview(r) if r is not None else memoryview(b"") for r in results]
-        empty = memoryview(b"")
-        return [views[p.block][p.offset : p.offset + p.size] if p.size else empty for p in pieces]
-
-    def read_ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[memoryview]:
         """Bytes ``[start, end)`` of each ``(uri, start, end)``, in order, in one pass.
 
         Every URI is checked before any I/O. Nearby ranges of one object are merged;
         short or failed ranges are retried per `RetryPolicy`; then `ShortReadError`,
         `PayloadNotFoundError` or `StoreIOError` is raised.
+
+        ``into`` optionally gives a writable, C-contiguous destination per range (exactly
+        its size) or None: those ranges land there and their view is the destination.
+        Engines that can (local files: ``preadv``) read straight into destinations, with
+        no intermediate buffer.
         """
         engine = self.engine
-        blocks, pieces, uri_of_path = self._plan(ranges, self._policy(engine))
-        results: list[bytes | bytearray | memoryview | None] = [None] * len(blocks)
-        failures: dict[int, ReadOutcome] = {}
-        todo = list(range(len(blocks)))
+        read = _ReadPass(self, ranges, into, self._policy(engine))
         policy = self.config.retry
         deadline = time.monotonic() + policy.total_timeout_s
         attempt = 0
-        while todo:
+        while read.todo:
             attempt += 1
-            batch = [blocks[i] for i in todo]
-            self._record("get", batch)
-            outcomes = engine.read_blocks(batch)
-            todo = self._settle(blocks, todo, outcomes, results, failures, uri_of_path)
-            if not todo:
+            blocks, targets = read.batch()
+            self._record("get", blocks)
+            read.settle(engine.read_blocks_into(blocks, targets))
+            if not read.todo:
                 break
             delay = policy.delay(attempt)
             if attempt >= policy.max_attempts or time.monotonic() + delay > deadline:
-                self._give_up(blocks, failures, uri_of_path, attempt)
-            self._count(retries=len(todo))
+                read.give_up(attempt)
+            self._count(retries=len(read.todo))
             time.sleep(delay)
-        return self._slice(results, pieces)
+        return read.views()
 
-    async def aread_ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[memoryview]:
+    async def aread_ranges(
+        self,
+        ranges: Sequence[tuple[str, int, int]],
+        *,
+        into: Sequence[memoryview | None] | None = None,
+    ) -> list[memoryview]:
         """Async `read_ranges`: same checks, merging, retries and errors."""
         engine = await self.aengine()
-        blocks, pieces, uri_of_path = self._plan(ranges, self._policy(engine))
-        results: list[bytes | bytearray | memoryview | None] = [None] * len(blocks)
-        failures: dict[int, ReadOutcome] = {}
-        todo = list(range(len(blocks)))
+        read = _ReadPass(self, ranges, into, self._policy(engine))
         policy = self.config.retry
         deadline = time.monotonic() + policy.total_timeout_s
         attempt = 0
-        while todo:
+        while read.todo:
             attempt += 1
-            batch = [blocks[i] for i in todo]
-            self._record("get", batch)
-            outcomes = await engine.aread_blocks(batch)
-            todo = self._settle(blocks, todo, outcomes, results, failures, uri_of_path)
-            if not todo:
+            blocks, targets = read.batch()
+            self._record("get", blocks)
+            read.settle(await engine.aread_blocks_into(blocks, targets))
+            if not read.todo:
                 break
             delay = policy.delay(attempt)
             if attempt >= policy.max_attempts or time.monotonic() + delay > deadline:
-                self._give_up(blocks, failures, uri_of_path, attempt)
-            self._count(retries=len(todo))
+                read.give_up(attempt)
+            self._count(retries=len(read.todo))
             await asyncio.sleep(delay)
-        return self._slice(results, pieces)
+        return read.views()
 
     def read(self, uri: str, start: int, end: int) -> memoryview:
         """Bytes ``[start, end)`` of one object."""
@@ -453,6 +386,159 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({self.root.url!r}, engine={self.config.engine!r})"
+
+
+class _ReadPass:
+    """The state of one `Store.read_ranges` call across attempts: the merged blocks,
+    where each block's bytes go, what came back and what must be read again."""
+
+    def __init__(
+        self,
+        store: Store,
+        ranges: Sequence[tuple[str, int, int]],
+        into: Sequence[memoryview | None] | None,
+        policy: CoalescePolicy,
+    ) -> None:
+        self._store = store
+        self.uri_of_path: dict[str, str] = {}
+        resolved = []
+        for uri, start, end in ranges:
+            if type(start) is not int or type(end) is not int or not 0 <= start <= end:
+                raise InvalidSegmentError(f"invalid byte range [{start!r}, {end!r}) of {uri!r}")
+            path = store.check_uri(uri)
+            self.uri_of_path[path] = uri
+            resolved.append((path, start, end))
+        if into is not None and len(into) != len(resolved):
+            raise ValueError(f"{len(into)} destinations for {len(resolved)} ranges")
+        self.blocks, self.pieces = coalesce(resolved, policy)
+        store._count(bytes_requested=sum(end - start for _, start, end in resolved))
+        self.into = (
+            [_byte_view(d, r) for d, r in zip(into, resolved, strict=True)] if into else None
+        )
+        self.targets = self._targets()
+        self.results: list[ReadOutcome | int | None] = [None] * len(self.blocks)
+        self.failures: dict[int, ReadOutcome | int] = {}
+        self.todo = list(range(len(self.blocks)))
+
+    def _targets(self) -> list[list[memoryview] | None]:
+        """Per block: the views its bytes are scattered into, or None to get the bytes
+        back. A block gets views when at least one of its ranges has a destination and
+        none of its ranges overlap (one scatter cannot serve overlapping ranges): its
+        destinations, a private buffer for each range without one, and throwaway scratch
+        for the merged gaps."""
+        targets: list[list[memoryview] | None] = [None] * len(self.blocks)
+        self.buffers: dict[int, memoryview] = {}
+        if self.into is None:
+            return targets
+        members: dict[int, list[int]] = {}
+        for index, piece in enumerate(self.pieces):
+            if piece.size:
+                members.setdefault(piece.block, []).append(index)
+        scratch = memoryview(bytearray(0))
+        for block_index, indexes in members.items():
+            if all(self.into[i] is None for i in indexes):
+                continue
+            indexes.sort(key=lambda i: self.pieces[i].offset)
+            views: list[memoryview] = []
+            own: dict[int, memoryview] = {}
+            cursor = 0
+            for i in indexes:
+                piece = self.pieces[i]
+                if piece.offset < cursor:
+                    break
+                if piece.offset > cursor:
+                    gap = piece.offset - cursor
+                    if scratch.nbytes < gap:
+                        scratch = memoryview(bytearray(gap))
+                    views.append(scratch[:gap])
+                dest = self.into[i]
+                if dest is None:
+                    dest = own[i] = memoryview(bytearray(piece.size))
+                views.append(dest)
+                cursor = piece.offset + piece.size
+            else:
+                targets[block_index] = views
+                self.buffers.update(own)
+        return targets
+
+    def batch(self) -> tuple[list[Block], list[list[memoryview] | None]]:
+        """The blocks still to read and their targets."""
+        return [self.blocks[i] for i in self.todo], [self.targets[i] for i in self.todo]
+
+    def settle(self, outcomes: Sequence[ReadOutcome | int]) -> None:
+        """File the outcomes of one attempt; keep the blocks worth another attempt."""
+        again = []
+        for index, outcome in zip(self.todo, outcomes, strict=True):
+            block = self.blocks[index]
+            if isinstance(outcome, BaseException):
+                uri = self.uri_of_path[block.path]
+                if isinstance(outcome, PayloadError):
+                    raise outcome
+                if isinstance(outcome, FileNotFoundError):
+                    raise PayloadNotFoundError(f"payload blob {uri} does not exist") from outcome
+                if isinstance(outcome, _FATAL_ERRORS):
+                    raise StoreIOError(f"cannot read {uri}: {outcome!r}") from outcome
+                self.failures[index] = outcome
+                again.append(index)
+                continue
+            received = outcome if isinstance(outcome, int) else len(outcome)
+            self._store._count(bytes_fetched=received)
+            if received == block.size:
+                self.results[index] = outcome
+                self.failures.pop(index, None)
+            else:
+                self.failures[index] = outcome
+                again.append(index)
+        self.todo = again
+
+    def give_up(self, attempts: int) -> None:
+        """Raise the error of the first block that never came back whole."""
+        index, outcome = next(iter(self.failures.items()))
+        block = self.blocks[index]
+        uri = self.uri_of_path[block.path]
+        if isinstance(outcome, BaseException):
+            raise StoreIOError(
+                f"reading {uri} bytes [{block.start}, {block.end}) failed after {attempts} "
+                f"attempts: {outcome!r}"
+            ) from outcome
+        received = outcome if isinstance(outcome, int) else len(outcome)
+        raise ShortReadError(uri, block.start, block.size, received)
+
+    def views(self) -> list[memoryview]:
+        """One view per asked-for range, in order (the destination where one was given)."""
+        empty = memoryview(b"")
+        out = []
+        for index, piece in enumerate(self.pieces):
+            dest = self.into[index] if self.into is not None else None
+            if not piece.size:
+                out.append(dest if dest is not None else empty)
+                continue
+            if self.targets[piece.block] is not None:
+                out.append(dest if dest is not None else self.buffers[index])
+                continue
+            result = self.results[piece.block]
+            assert result is not None
+            assert not isinstance(result, (int, BaseException))
+            view = memoryview(result)[piece.offset : piece.offset + piece.size]
+            if dest is not None:
+                dest[:] = view
+                view = dest
+            out.append(view)
+        return out
+
+
+def _byte_view(dest: memoryview | None, resolved: tuple[str, int, int]) -> memoryview | None:
+    """``dest`` as a flat writable byte view of exactly the range's size."""
+    if dest is None:
+        return None
+    view = memoryview(dest)
+    if view.readonly or not view.c_contiguous:
+        raise ValueError("read destinations must be writable and C-contiguous")
+    view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+    _, start, end = resolved
+    if view.nbytes != end - start:
+        raise ValueError(f"destination of {view.nbytes} bytes for a range of {end - start}")
+    return view
 
 
 def open_store(root: str | StoreConfig, **options: Any) -> Store:

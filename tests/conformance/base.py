@@ -107,6 +107,31 @@ class StoreConformance:
         assert [bytes(g) for g in store.read_ranges(far)] == [data[s:e] for _, s, e in far]
         assert store.stats.get_requests == 2
 
+    def test_reads_land_in_given_destinations(self, store: Store) -> None:
+        data = bytes(range(256)) * 40
+        uri = store.new_blob_uri(store.root.url)
+        store.put(uri, [data])
+        ranges = [(uri, 0, 100), (uri, 150, 300), (uri, 120, 130), (uri, 5000, 5100), (uri, 50, 60)]
+        dests = [bytearray(100), None, bytearray(10), bytearray(100), None]
+        views = store.read_ranges(ranges, into=[memoryview(d) if d else None for d in dests])
+        assert [bytes(v) for v in views] == [data[s:e] for _, s, e in ranges]
+        assert bytes(dests[0]) == data[:100]  # type: ignore[arg-type]
+        assert bytes(dests[2]) == data[120:130]  # type: ignore[arg-type]
+        assert bytes(dests[3]) == data[5000:5100]  # type: ignore[arg-type]
+        array = np.zeros((5, 4), dtype=np.uint8)
+        store.read_ranges([(uri, 40, 60)], into=[memoryview(array)])
+        assert array.tobytes() == data[40:60]
+
+    def test_bad_destinations_are_refused(self, store: Store) -> None:
+        uri = store.new_blob_uri(store.root.url)
+        store.put(uri, [b"x" * 64])
+        with pytest.raises(ValueError, match="destination of 3 bytes"):
+            store.read_ranges([(uri, 0, 8)], into=[memoryview(bytearray(3))])
+        with pytest.raises(ValueError, match="writable"):
+            store.read_ranges([(uri, 0, 8)], into=[memoryview(b"12345678")])
+        with pytest.raises(ShortReadError):
+            store.read_ranges([(uri, 60, 70)], into=[memoryview(bytearray(10))])
+
     def test_missing_blob_raises_not_found(self, store: Store) -> None:
         uri = store.new_blob_uri(store.root.url)
         with pytest.raises(PayloadNotFoundError, match="does not exist") as info:
