@@ -96,6 +96,7 @@ class WindowPlan:
         """Pass 1: the offset words of the ragged segments (all of them, for the width;
         only those in the window when every window of the field fixes its width)."""
         ranges: list[Range] = []
+        self._offset_owners = []
         for name, segs in self.by_field.items():
             spec = self.specs[name]
             if not spec.ragged or not segs:
@@ -155,6 +156,7 @@ class WindowPlan:
         """Pass 2: every fixed-width row range and ragged value span inside the windows."""
         self._allocate()
         ranges: list[Range] = []
+        self._value_owners = []
         self._destinations: list[memoryview | None] = []
         for w_index, window in enumerate(self.windows):
             spec = self.specs[window.field]

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from objstore_payload.store.coalesce import Block
 
-__all__ = ["DeleteOutcome", "Engine", "ReadOutcome"]
+__all__ = ["DeleteOutcome", "Engine", "ReadOutcome", "scatter"]
 
 ReadOutcome = bytes | bytearray | memoryview | BaseException
 """The bytes of one block, or the exception that reading it raised."""
@@ -30,7 +30,7 @@ class DeleteOutcome:
     failed: list[tuple[str, BaseException]] = field(default_factory=list)
 
 
-def _copy(outcome: ReadOutcome, targets: Sequence[memoryview] | None) -> ReadOutcome | int:
+def scatter(outcome: ReadOutcome, targets: Sequence[memoryview] | None) -> ReadOutcome | int:
     """Scatter ``outcome`` over ``targets``; the bytes copied (or ``outcome`` untouched)."""
     if targets is None or isinstance(outcome, BaseException):
         return outcome
@@ -73,14 +73,14 @@ class Engine(ABC):
         The default reads and copies; engines that can read straight into memory
         (``preadv``) override it to save the copy.
         """
-        return [_copy(o, t) for o, t in zip(self.read_blocks(blocks), targets, strict=True)]
+        return [scatter(o, t) for o, t in zip(self.read_blocks(blocks), targets, strict=True)]
 
     async def aread_blocks_into(
         self, blocks: Sequence[Block], targets: Sequence[Sequence[memoryview] | None]
     ) -> list[ReadOutcome | int]:
         """Async `read_blocks_into`."""
         outcomes = await self.aread_blocks(blocks)
-        return [_copy(o, t) for o, t in zip(outcomes, targets, strict=True)]
+        return [scatter(o, t) for o, t in zip(outcomes, targets, strict=True)]
 
     @abstractmethod
     def put(self, path: str, parts: Sequence[memoryview], size: int) -> None:

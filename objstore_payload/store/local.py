@@ -13,6 +13,7 @@ directory this write created), so a reader on another node never sees half a blo
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import errno
 import os
@@ -165,6 +166,9 @@ class LocalEngine(Engine):
                 self._pool.submit(self._read_file, path, items, targets, out)
                 for path, items in by_file.items()
             ]
+            # Wait for every file even if one fails (or the caller is interrupted), so no
+            # worker still writes into the caller's buffers after this returns.
+            concurrent.futures.wait(futures)
             for future in futures:
                 future.result()
         else:
@@ -238,7 +242,7 @@ class LocalEngine(Engine):
                 self._pool = None
 
 
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+_IOV_MAX = max(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1)
 
 
 def _preadv(fd: int, views: Sequence[memoryview], offset: int) -> int:

@@ -29,7 +29,7 @@ from objstore_payload.errors import (
 )
 from objstore_payload.store.coalesce import Block, CoalescePolicy, coalesce
 from objstore_payload.store.config import StoreConfig
-from objstore_payload.store.engine import Engine, ReadOutcome
+from objstore_payload.store.engine import Engine, ReadOutcome, scatter
 from objstore_payload.store.root import StoreRoot
 
 __all__ = ["DeleteReport", "RequestRecord", "Store", "StoreStats", "open_store"]
@@ -481,6 +481,11 @@ class _ReadPass:
                 self.failures[index] = outcome
                 again.append(index)
                 continue
+            targets = self.targets[index]
+            if targets is not None and not isinstance(outcome, int):
+                copied = scatter(outcome, targets)  # an engine that ignored the targets
+                assert isinstance(copied, int)
+                outcome = copied
             received = outcome if isinstance(outcome, int) else len(outcome)
             self._store._count(bytes_fetched=received)
             if received == block.size:

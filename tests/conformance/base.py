@@ -15,6 +15,7 @@ import pytest
 from objstore_payload import (
     FieldWindow,
     InvalidPayloadError,
+    InvalidSegmentError,
     PayloadNotFoundError,
     PayloadReader,
     PayloadWriter,
@@ -22,6 +23,7 @@ from objstore_payload import (
     Segment,
     ShortReadError,
     Store,
+    UnknownFieldError,
     UriNotAllowedError,
 )
 from objstore_payload.store import RetryPolicy
@@ -172,6 +174,25 @@ class StoreConformance:
             store.read_ranges([(uri, 0, 1)])
         with pytest.raises(UriNotAllowedError):
             store.delete([uri])
+        assert store.requests == []
+
+    @pytest.mark.parametrize(
+        ("field", "dtype", "shape", "error"),
+        [
+            ("routed_experts", "float32", (2, 3), InvalidSegmentError),  # not a routing dtype
+            ("routed_experts", "uint8", (6,), InvalidSegmentError),  # rows must be 2-D
+            ("sampling_mask", "int32", (), InvalidSegmentError),  # ragged: uint32 words
+            ("sampling_mask", "uint32", (4,), InvalidSegmentError),  # ragged: shape []
+            ("not_a_field", "uint8", (2, 3), UnknownFieldError),
+        ],
+    )
+    def test_well_formed_but_wrong_segments_are_refused_before_any_io(
+        self, store: Store, field: str, dtype: str, shape: tuple[int, ...], error: type[Exception]
+    ) -> None:
+        uri = store.new_blob_uri(store.root.url)
+        seg = Segment(field, uri, 0, 0, 4, dtype, shape)
+        with pytest.raises(error):
+            PayloadReader(store).read_field([seg], field, 0, 4)
         assert store.requests == []
 
     def test_destination_outside_the_root_is_refused(self, store: Store) -> None:
