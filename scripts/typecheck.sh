@@ -9,4 +9,5 @@ stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 scripts/pip-quiet.sh .venv/bin/python install --no-deps --no-build-isolation --target "$stage" .
 rm -rf "$stage"/*.dist-info "$stage/bin"
-(cd "$stage" && "$OLDPWD/.venv/bin/mypy" --config-file "$OLDPWD/pyproject.toml" -p objstore_payload)
+(cd "$stage" && "$OLDPWD/.venv/bin/mypy" --config-file "$OLDPWD/pyproject.toml" \
+    --cache-dir "$OLDPWD/.mypy_cache" -p objstore_payload)

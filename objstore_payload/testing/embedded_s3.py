@@ -60,6 +60,19 @@ class EmbeddedS3:
         values.update(overrides)
         return S3Options(**values)
 
+    def ensure_bucket(self) -> None:
+        """Create the bucket again if something removed it (moto's in-process mock shares
+        its backend with a server running in the same process, and resets it)."""
+        from objstore_payload.store.s3 import make_boto3_client
+
+        client = make_boto3_client(self.s3_options())
+        try:
+            names = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
+            if self.bucket not in names:
+                client.create_bucket(Bucket=self.bucket)
+        finally:
+            client.close()
+
     def reset(self) -> None:
         """Drop every bucket and object, then create the bucket again."""
         import urllib.request

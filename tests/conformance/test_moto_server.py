@@ -17,6 +17,7 @@ pytestmark = pytest.mark.s3
 
 
 def _store(server: EmbeddedS3, engine: str, **s3: Any) -> Store:
+    server.ensure_bucket()
     config = StoreConfig(
         root=f"s3://{server.bucket}/{uuid.uuid4().hex}",
         engine=engine,  # type: ignore[arg-type]
