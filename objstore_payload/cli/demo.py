@@ -13,7 +13,7 @@ import numpy as np
 
 from objstore_payload import codec
 from objstore_payload.reader import FieldWindow, PayloadReader
-from objstore_payload.segment import segments_to_builtins
+from objstore_payload.segment import Segment, segments_to_builtins
 from objstore_payload.store.config import S3Options, StoreConfig
 from objstore_payload.store.store import Store
 from objstore_payload.writer import PayloadWriter, RequestArrays, WrittenBlob
@@ -30,10 +30,15 @@ class SyntheticRequest:
 
     prompt_len: int
     completion_len: int
+    tokens: np.ndarray
     routing: np.ndarray
     mask_counts: np.ndarray
     mask_ids: np.ndarray
     mask_logprobs: np.ndarray
+
+    def token_ids(self) -> np.ndarray:
+        """Prompt and completion token ids."""
+        return self.tokens
 
     def arrays(self) -> RequestArrays:
         """The writer's view of this request."""
@@ -61,6 +66,7 @@ def make_requests(count: int, seed: int, completion_len: int = 256) -> list[Synt
             SyntheticRequest(
                 prompt_len=prompt_len,
                 completion_len=completion_len,
+                tokens=rng.integers(0, VOCAB, prompt_len + completion_len, dtype=np.int32),
                 routing=rng.integers(0, EXPERTS, size=(rows, LAYERS, TOP_K), dtype=np.uint8),
                 mask_counts=counts,
                 mask_ids=ids,
@@ -86,6 +92,8 @@ class DemoResult:
     get_requests: int = 0
     write_seconds: float = 0.0
     read_seconds: float = 0.0
+    synthetic: list[SyntheticRequest] = field(default_factory=list)
+    segments: list[list[Segment]] = field(default_factory=list)
 
     @property
     def parity_ok(self) -> bool:
@@ -159,6 +167,8 @@ def run_demo(
     for request, blob in zip(synthetic, written, strict=True):
         assert blob is not None
         segments = blob.segments
+        result.synthetic.append(request)
+        result.segments.append(segments)
         length = request.prompt_len + request.completion_len
         padded = -(-length // cp) * cp
         result.tokens += length
@@ -228,6 +238,12 @@ def format_table(result: DemoResult, store_label: str) -> str:
     return "\n".join(lines)
 
 
+def _have_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
 def main(
     store_url: str | None,
     *,
@@ -253,8 +269,18 @@ def main(
         label = store_url + (f" (embedded S3 at {embedded.endpoint_url})" if embedded else "")
         with Store(config) as store:
             result = run_demo(store, requests=requests, seed=seed, cp=cp)
-        echo(format_table(result, label))
-        return 0 if result.parity_ok else 1
+            echo(format_table(result, label))
+            ok = result.parity_ok
+            if _have_torch():
+                from objstore_payload.cli.demo_trainer import format_trainer, run_trainer_path
+
+                trainer = run_trainer_path(store, result.synthetic, result.segments, cp_size=cp)
+                echo("")
+                echo(format_trainer(trainer))
+                ok = ok and trainer.parity_ok
+            else:
+                echo("\ntrainer path: skipped (install the torch extra to run it)")
+        return 0 if ok else 1
     finally:
         if embedded is not None:
             embedded.stop()

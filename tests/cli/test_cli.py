@@ -20,6 +20,9 @@ def test_demo_on_a_file_store_keeps_its_blobs(
     assert main(["demo", "--store", root, "--requests", "3", "--cp", "2"]) == 0
     out = capsys.readouterr().out
     assert "parity with inline codec: OK (6/6 windows bitwise equal)" in out
+    # torch is part of the test environment, so the trainer half runs too
+    assert "parity with the inline path: OK" in out
+    assert "trainer path (torch): 3 samples" in out
     routing_line = next(line for line in out.splitlines() if line.startswith("routed_experts"))
     assert float(routing_line.split()[2]) == pytest.approx(384.0, rel=0.01)  # 48 x 8 uint8
     assert len(list((tmp_path / "payloads" / "v0").iterdir())) == 3
@@ -36,6 +39,7 @@ def test_demo_on_the_embedded_s3_as_a_user_runs_it() -> None:
     assert result.returncode == 0, result.stderr
     assert "embedded S3 at http://127.0.0.1:" in result.stdout
     assert "parity with inline codec: OK (8/8 windows bitwise equal)" in result.stdout
+    assert "parity with the inline path: OK" in result.stdout
     assert "GET /" not in result.stdout + result.stderr  # no request log noise
 
 
