@@ -50,6 +50,8 @@ class Turn:
     sampling_mask_logprobs: np.ndarray | None = None
     """float32, parallel to the mask's ids."""
     segments: tuple[Segment, ...] = field(default=())
+    completion_logprobs: np.ndarray | None = None
+    """float32 logprob of each sampled token (always inline: 4 B per token)."""
 
     @property
     def length(self) -> int:
