@@ -15,4 +15,10 @@ PY
 fi
 scripts/pip-quiet.sh .venv/bin/python install --upgrade "pip>=24"
 scripts/pip-quiet.sh .venv/bin/python install -e ".[${extras}]"
+if [[ ",${extras}," == *",dev,"* ]]; then
+    # vLLM "light" for the plugin tests: the real classes and plugin loader on the CPU
+    # build of torch, without vLLM's CUDA pins.
+    scripts/pip-quiet.sh .venv/bin/python install --no-deps "vllm==0.33.0" "xgrammar==0.2.8"
+    scripts/pip-quiet.sh .venv/bin/python install -r scripts/vllm-light-requirements.txt
+fi
 .venv/bin/python -c "import objstore_payload" # fail here, not later, if the install broke

@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -263,9 +264,10 @@ def main(
         store_url = "s3://payloads/demo"
         s3 = embedded.s3_options()
     try:
-        config = StoreConfig.from_env(
-            {}, root=store_url, engine=engine, **({"s3": s3} if s3 is not None else {})
-        )
+        overrides: dict[str, Any] = {"root": store_url, "engine": engine}
+        if s3 is not None:
+            overrides["s3"] = s3
+        config = StoreConfig.from_env({}, **overrides)
         label = store_url + (f" (embedded S3 at {embedded.endpoint_url})" if embedded else "")
         with Store(config) as store:
             result = run_demo(store, requests=requests, seed=seed, cp=cp)

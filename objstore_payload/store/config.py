@@ -163,11 +163,20 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         return cls.from_mapping(data)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> StoreConfig:
-        """A config from ``OBJSTORE_PAYLOAD_*`` variables (see each option), with
-        ``overrides`` (e.g. ``root=...``) taking precedence."""
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        base: Mapping[str, Any] | None = None,
+        **overrides: Any,
+    ) -> StoreConfig:
+        """A config from ``OBJSTORE_PAYLOAD_*`` variables (see each option) over ``base``
+        (e.g. a file's table), with ``overrides`` (e.g. ``root=...``) taking precedence."""
         env = os.environ if environ is None else environ
-        data: dict[str, Any] = {}
+        data: dict[str, Any] = {
+            key: dict(value) if isinstance(value, Mapping) else value
+            for key, value in (base or {}).items()
+        }
         sections = {"s3": S3Options, "read": ReadOptions, "retry": RetryPolicy}
         for name, value in env.items():
             if not name.startswith(ENV_PREFIX):
