@@ -125,11 +125,20 @@ def choice_arrays(
     """The writer's arrays of one ``CompletionOutput``, and its sampled logprobs."""
     token_ids = completion.token_ids
     completion_len = len(token_ids)
+    mask = _mask(getattr(completion, "sampling_mask", None))
+    # Score centering stacks add the sampler's logprob of every kept id, parallel to
+    # the mask's ids; stock vLLM has no such attribute.
+    mask_logprobs = getattr(completion, "sampling_mask_logprobs", None)
+    if mask_logprobs is not None:
+        mask_logprobs = np.asarray(
+            getattr(mask_logprobs, "values", mask_logprobs), dtype=np.float32
+        ).reshape(-1)
     arrays = RequestArrays(
         prompt_len=prompt_len,
         completion_len=completion_len,
         routed_experts=_routing(getattr(completion, "routed_experts", None)),
-        sampling_mask=_mask(getattr(completion, "sampling_mask", None)),
+        sampling_mask=mask,
+        sampling_mask_logprobs=mask_logprobs,
         num_experts=num_experts,
     )
     return arrays, _sampled_logprobs(getattr(completion, "logprobs", None), completion_len)
@@ -145,6 +154,10 @@ def _inline_fields(arrays: RequestArrays) -> dict[str, Any]:
         out["routed_experts"] = codec.to_builtins(codec.encode_routing(rows, start))
     if arrays.sampling_mask is not None:
         out["sampling_mask"] = codec.to_builtins(codec.encode_mask(*arrays.sampling_mask))
+    if arrays.sampling_mask_logprobs is not None:
+        out["sampling_mask_logprobs"] = codec.to_builtins(
+            codec.encode_array(arrays.sampling_mask_logprobs)
+        )
     return out
 
 

@@ -253,6 +253,7 @@ def main(
     cp: int,
     s3: S3Options | None,
     engine: str,
+    through_plugin: bool = False,
     echo: Callable[[str], None] = print,
 ) -> int:
     """Run the demo against ``store_url`` (or an embedded S3 server); 0 on parity."""
@@ -282,6 +283,13 @@ def main(
                 ok = ok and trainer.parity_ok
             else:
                 echo("\ntrainer path: skipped (install the torch extra to run it)")
+            if through_plugin:
+                from objstore_payload.cli.demo_plugin import format_plugin, run_through_plugin
+
+                plugin = run_through_plugin(store, result.synthetic)
+                echo("")
+                echo(format_plugin(plugin))
+                ok = ok and plugin.parity_ok
         return 0 if ok else 1
     finally:
         if embedded is not None:

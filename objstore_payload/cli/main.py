@@ -58,8 +58,24 @@ def _demo(args: argparse.Namespace) -> int:
     from objstore_payload.cli import demo
 
     s3 = _s3_options(args) if args.store is not None else None
+    if args.through_plugin:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            print(
+                "error: --through-plugin needs vLLM (scripts/setup.sh dev installs a CPU-only "
+                "vLLM light)",
+                file=sys.stderr,
+            )
+            return 2
     return demo.main(
-        args.store, requests=args.requests, seed=args.seed, cp=args.cp, s3=s3, engine=args.engine
+        args.store,
+        requests=args.requests,
+        seed=args.seed,
+        cp=args.cp,
+        s3=s3,
+        engine=args.engine,
+        through_plugin=args.through_plugin,
     )
 
 
@@ -132,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--requests", type=int, default=16, help="number of requests (default 16)")
     demo.add_argument("--cp", type=int, default=4, help="context-parallel degree (default 4)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    demo.add_argument(
+        "--through-plugin",
+        action="store_true",
+        help="also send the requests through the vLLM endpoint plugin over HTTP (needs vLLM)",
+    )
     _s3_args(demo)
     demo.set_defaults(func=_demo)
 

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import socket
-import threading
-import time
 from argparse import Namespace
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +22,9 @@ vllm = pytest.importorskip(
     "vllm", reason="vLLM light is not installed (scripts/setup.sh dev installs it)"
 )
 
-from fastapi import FastAPI  # noqa: E402
 from vllm.logprobs import FlatLogprobs, Logprob  # noqa: E402
 from vllm.outputs import CompletionOutput, RequestOutput, SamplingMask  # noqa: E402
 from vllm.plugins import load_endpoint_plugins  # noqa: E402
-from vllm.plugins.endpoint_plugins.interface import (  # noqa: E402
-    attach_endpoint_plugins,
-    init_endpoint_plugins_state,
-)
-from vllm.sampling_params import SamplingParams  # noqa: E402
 
 from objstore_payload import (  # noqa: E402
     PayloadReader,
@@ -51,6 +42,7 @@ from objstore_payload.adapters.vllm import (  # noqa: E402
     choice_arrays,
     write_request_outputs,
 )
+from objstore_payload.testing.vllm_server import PluginServer, StandInEngine  # noqa: E402
 
 PROMPT = [101, 102, 103, 104]
 COMPLETION = [11, 12, 13]
@@ -80,56 +72,8 @@ def completion(**overrides: Any) -> CompletionOutput:
     return CompletionOutput(**values)
 
 
-class StandInEngine:
-    """Yields a real RequestOutput for every request (no accelerator here)."""
-
-    def __init__(self) -> None:
-        self.params: list[SamplingParams] = []
-        self.completion = completion()
-
-    async def generate(
-        self, prompt: dict[str, Any], sampling_params: SamplingParams, request_id: str, **_: Any
-    ) -> AsyncIterator[RequestOutput]:
-        self.params.append(sampling_params)
-        yield RequestOutput(
-            request_id=request_id,
-            prompt=None,
-            prompt_token_ids=prompt["prompt_token_ids"],
-            prompt_logprobs=None,
-            outputs=[self.completion],
-            finished=True,
-        )
-
-
-class Server:
-    """The plugin mounted through vLLM's loader on a FastAPI app served by uvicorn."""
-
-    def __init__(self, engine: StandInEngine, settings: ServerSettings) -> None:
-        import uvicorn
-
-        self.engine = engine
-        self.app = FastAPI()
-        attach_endpoint_plugins(self.app, ("generate",))
-        (plugin,) = self.app.state.endpoint_plugins
-        assert isinstance(plugin, PayloadEndpointPlugin)
-        plugin._settings = settings  # the test's settings instead of the environment
-        asyncio.run(init_endpoint_plugins_state(engine, self.app.state, Namespace()))
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
-
-    def post(self, body: dict[str, Any]) -> httpx.Response:
-        return httpx.post(f"{self.url}/inference/v1/generate", json=body, timeout=30)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
+def stand_in_engine() -> StandInEngine:
+    return StandInEngine(lambda _prompt, _params: completion())
 
 
 @pytest.fixture
@@ -139,13 +83,9 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 @pytest.fixture
-def server(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
-    monkeypatch.setenv("VLLM_PLUGINS", "objstore_payload")
-    running = Server(StandInEngine(), ServerSettings(store=store.config))
-    try:
+def server(store: Store) -> Iterator[PluginServer]:
+    with PluginServer(stand_in_engine(), ServerSettings(store=store.config)) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def request(**extra_args: Any) -> dict[str, Any]:
@@ -166,8 +106,8 @@ def test_the_plugin_loads_through_vllms_loader_only_when_allowlisted(
     assert load_endpoint_plugins(("embed",)) == []
 
 
-def test_by_handle_the_worked_example_holds_end_to_end(server: Server, store: Store) -> None:
-    response = server.post(request(payload_dir=store.version_prefix(3)))
+def test_by_handle_the_worked_example_holds_end_to_end(server: PluginServer, store: Store) -> None:
+    response = server.generate(request(payload_dir=store.version_prefix(3)))
     assert response.status_code == 200, response.text
     (choice,) = response.json()["choices"]
     assert "routed_experts" not in choice
@@ -193,8 +133,8 @@ def test_by_handle_the_worked_example_holds_end_to_end(server: Server, store: St
     assert not params.detokenize
 
 
-def test_without_a_destination_the_arrays_come_back_packed(server: Server) -> None:
-    response = server.post(request())
+def test_without_a_destination_the_arrays_come_back_packed(server: PluginServer) -> None:
+    response = server.generate(request())
     assert response.status_code == 200, response.text
     (choice,) = response.json()["choices"]
     rows, start = codec.decode_routing(choice["routed_experts"])
@@ -213,11 +153,11 @@ def test_without_a_destination_the_arrays_come_back_packed(server: Server) -> No
     ["s3://other-bucket/run/v3", "file:///etc", "memory://x/v1", "relative/v3", 7, "{root}/../v3"],
 )
 def test_destinations_outside_the_root_are_refused_with_400(
-    server: Server, store: Store, destination: Any
+    server: PluginServer, store: Store, destination: Any
 ) -> None:
     if isinstance(destination, str):
         destination = destination.replace("{root}", store.root.url)
-    response = server.post(request(payload_dir=destination))
+    response = server.generate(request(payload_dir=destination))
     assert response.status_code == 400
     assert "payload destination refused" in response.json()["error"]["message"]
     assert server.engine.params == []  # refused before any generation
@@ -225,33 +165,33 @@ def test_destinations_outside_the_root_are_refused_with_400(
 
 
 def test_a_failed_write_answers_an_error_and_no_handles(
-    server: Server, store: Store, tmp_path: Path
+    server: PluginServer, store: Store, tmp_path: Path
 ) -> None:
     (tmp_path / "payloads").mkdir(exist_ok=True)
     (tmp_path / "payloads" / "v5").write_text("a file where the version folder should be")
-    response = server.post(request(payload_dir=store.version_prefix(5)))
+    response = server.generate(request(payload_dir=store.version_prefix(5)))
     assert response.status_code == 500
     body = response.json()
     assert body["error"]["type"] == "payload_write_failed"
     assert "choices" not in body
 
 
-def test_stop_strings_keep_detokenization(server: Server) -> None:
+def test_stop_strings_keep_detokenization(server: PluginServer) -> None:
     body = request()
     body["sampling_params"]["stop"] = ["</answer>"]
-    assert server.post(body).status_code == 200
+    assert server.generate(body).status_code == 200
     assert server.engine.params[-1].detokenize
 
 
-def test_malformed_requests_answer_400(server: Server) -> None:
+def test_malformed_requests_answer_400(server: PluginServer) -> None:
     assert (
         httpx.post(f"{server.url}/inference/v1/generate", content=b"{", timeout=10).status_code
         == 400
     )
-    assert server.post({"token_ids": [], "sampling_params": {}}).status_code == 400
+    assert server.generate({"token_ids": [], "sampling_params": {}}).status_code == 400
     streaming = request()
     streaming["stream"] = True
-    assert server.post(streaming).status_code == 400
+    assert server.generate(streaming).status_code == 400
 
 
 def test_offline_helper_writes_request_outputs(store: Store) -> None:
@@ -325,13 +265,13 @@ def test_gc_tuning_is_off_by_default_and_applies_when_asked(
     before = gc.get_threshold()
     state = Namespace()
     asyncio.run(
-        PayloadEndpointPlugin(ServerSettings()).init_state(StandInEngine(), state, Namespace())
+        PayloadEndpointPlugin(ServerSettings()).init_state(stand_in_engine(), state, Namespace())
     )
     assert gc.get_threshold() == before
     try:
         asyncio.run(
             PayloadEndpointPlugin(ServerSettings(gc_tuning=True)).init_state(
-                StandInEngine(), state, Namespace()
+                stand_in_engine(), state, Namespace()
             )
         )
         assert gc.get_threshold() == GC_THRESHOLD
@@ -360,3 +300,17 @@ def test_settings_come_from_a_file_and_the_environment(tmp_path: Path) -> None:
     assert settings.allowed_prefixes == ("s3://bucket/run/payloads",)
     assert settings.gc_tuning
     assert ServerSettings.from_env({}).store is None
+
+
+def test_demo_runs_the_writer_through_the_plugin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from objstore_payload.cli.main import main
+
+    assert (
+        main(["demo", "--store", (tmp_path / "p").as_uri(), "--requests", "2", "--through-plugin"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "through the vLLM plugin (2 requests" in out
+    assert "equal the engine's arrays: OK (2/2)" in out
