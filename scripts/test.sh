@@ -9,5 +9,13 @@ echo "== ruff"
 .venv/bin/ruff format --check .
 echo "== mypy --strict"
 scripts/typecheck.sh
+echo "== checkov (terraform/)"
+# checkov pins its own boto3/botocore; it gets a virtual environment of its own.
+if [ ! -x .venv-checkov/bin/checkov ]; then
+    "${PYTHON:-python3}" -m venv .venv-checkov
+    scripts/pip-quiet.sh .venv-checkov/bin/python install "checkov==3.3.30"
+fi
+# --skip-download: no fetching of policy metadata (the scan itself is offline).
+.venv-checkov/bin/checkov -d terraform --framework terraform --quiet --compact --skip-download
 echo "== pytest"
 exec .venv/bin/python -m pytest "$@"

@@ -125,6 +125,48 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lifecycle(args: argparse.Namespace) -> int:
+    import json
+
+    from objstore_payload.lifecycle.rules import (
+        LifecycleSettings,
+        apply_rules,
+        build_rules,
+        default_settings,
+        mc_ilm_commands,
+    )
+
+    defaults = default_settings()
+    try:
+        settings = LifecycleSettings(
+            args.expire_days if args.expire_days is not None else defaults.expire_days,
+            args.abort_days if args.abort_days is not None else defaults.abort_incomplete_days,
+        )
+        rules = build_rules(args.prefix, settings)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"Rules": rules}, indent=2))
+    print("\nMinIO equivalent (MinIO aborts stale multipart uploads on its own):")
+    for command in mc_ilm_commands(args.mc_alias, args.bucket, args.prefix, settings):
+        print(f"  {command}")
+    if args.apply:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from objstore_payload.store.s3 import make_boto3_client
+
+        client = make_boto3_client(_s3_options(args))
+        try:
+            merged = apply_rules(client, args.bucket, rules)
+        except (BotoCoreError, ClientError) as exc:
+            print(f"error: applying the rules to {args.bucket} failed: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            client.close()
+        print(f"\napplied to s3://{args.bucket}: {len(merged)} rules in all (others kept)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``objstore-payload``."""
     parser = argparse.ArgumentParser(
@@ -163,6 +205,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _s3_args(inspect)
     inspect.set_defaults(func=_inspect)
+
+    lifecycle = sub.add_parser(
+        "lifecycle",
+        help="print (and apply) the bucket lifecycle rules that back up retention",
+        description="Expire objects under the payload prefix after N days and abort "
+        "incomplete multipart uploads bucket-wide; --apply merges the rules into the "
+        "bucket's existing configuration.",
+    )
+    lifecycle.add_argument("--bucket", required=True, help="payload bucket")
+    lifecycle.add_argument("--prefix", required=True, help="payload key prefix, e.g. run/payloads")
+    lifecycle.add_argument("--expire-days", type=int, help="default: terraform/lifecycle.json")
+    lifecycle.add_argument("--abort-days", type=int, help="default: terraform/lifecycle.json")
+    lifecycle.add_argument("--mc-alias", default="local", help="alias for the mc command")
+    lifecycle.add_argument("--apply", action="store_true", help="apply the rules with boto3")
+    _s3_args(lifecycle)
+    lifecycle.set_defaults(func=_lifecycle)
     return parser
 
 

@@ -216,3 +216,45 @@ def test_collection_runs_in_the_background() -> None:
     future.result(timeout=30)
     assert store.list() == []
     collector.close()
+
+
+def simulate_run(store: Store, steps: int = 12, max_off_policy_steps: int = 2) -> dict[str, int]:
+    """A run in miniature: each step dispatches rollouts at the current policy version;
+    some are shipped in the next batch, some dropped, some cancelled in flight (never
+    claimed). The trainer reads batch s, then policy s is applied and collected."""
+    collector = PayloadCollector(store, max_off_policy_steps=max_off_policy_steps)
+    written = 0
+    waiting: list[str] = []
+    for step in range(1, steps + 1):
+        version = step - 1  # rollouts of batch `step` run on policy step - 1
+        fresh = [blob(store, version) for _ in range(6)]
+        written += len(fresh)
+        shipped, dropped, cancelled = fresh[:4], fresh[4:5], fresh[5:]
+        assert cancelled  # never claimed: only the backstop can take them
+        collector.discard(dropped)
+        collector.record_batch(step, waiting + shipped[:2])  # two wait for the next batch
+        waiting = shipped[2:]
+        collector.on_policy_update(step)
+    collector.drain()
+    stats = collector.stats
+    collector.close()
+    return {
+        "written": written,
+        "deleted_on_consume": stats.deleted_on_consume,
+        "deleted_discarded": stats.deleted_discarded,
+        "deleted_by_backstop": stats.deleted_by_backstop,
+        "left": len(store.list()),
+        "waiting": len(waiting),
+    }
+
+
+def test_a_simulated_run_keeps_only_what_may_still_be_read() -> None:
+    store, _ = memory_store(set())
+    result = simulate_run(store)
+    assert result["written"] == 72
+    # at step 12 with M = 2 the backstop keeps v10 and v11: their cancelled rollouts stay
+    assert result["left"] == result["waiting"] + 2
+    assert (
+        result["deleted_on_consume"] + result["deleted_discarded"] + result["deleted_by_backstop"]
+        == result["written"] - result["left"]
+    )
