@@ -17,5 +17,11 @@ if [ ! -x .venv-checkov/bin/checkov ]; then
 fi
 # --skip-download: no fetching of policy metadata (the scan itself is offline).
 .venv-checkov/bin/checkov -d terraform --framework terraform --quiet --compact --skip-download
+echo "== Ceph RGW"
+scripts/install-ceph.sh
+# The tests start RGW in this folder; whatever happens to them, its daemons stop here too.
+OBJSTORE_PAYLOAD_TEST_RGW_DIR="$(mktemp -d)"
+export OBJSTORE_PAYLOAD_TEST_RGW_DIR
+trap 'scripts/ceph-rgw.sh down "$OBJSTORE_PAYLOAD_TEST_RGW_DIR"; rm -rf "$OBJSTORE_PAYLOAD_TEST_RGW_DIR"' EXIT
 echo "== pytest"
-exec .venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "$@"

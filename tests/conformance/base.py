@@ -215,6 +215,23 @@ class StoreConformance:
         assert report.deleted == 6
         assert store.list() == []
 
+    def test_retention_collects_consumed_discarded_and_stale_blobs(self, store: Store) -> None:
+        from objstore_payload.lifecycle import PayloadCollector
+
+        collector = PayloadCollector(store, max_off_policy_steps=1)
+        shipped = [store.new_blob_uri(store.version_prefix(3)) for _ in range(3)]
+        dropped = store.new_blob_uri(store.version_prefix(3))
+        stale = store.new_blob_uri(store.version_prefix(1))
+        fresh = store.new_blob_uri(store.version_prefix(3))
+        for uri in [*shipped, dropped, stale, fresh]:
+            store.put(uri, [b"payload"])
+        collector.record_batch(4, shipped)
+        collector.discard([dropped]).result()
+        collector.on_policy_update(4).result()  # keeps v3 and up
+        assert store.list() == [fresh]
+        assert (collector.stats.deleted_on_consume, collector.stats.deleted_by_backstop) == (3, 1)
+        collector.close()
+
     # -- writer and reader --------------------------------------------------------------
     def test_worked_example(self, store: Store) -> None:
         segments = PayloadWriter(store).write(store.version_prefix(3), worked_example())
