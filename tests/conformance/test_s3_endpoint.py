@@ -23,12 +23,12 @@ from objstore_payload.store import S3Options
 from tests.conformance.base import FAST_RETRY, StoreConformance
 
 ENDPOINT = os.environ.get("OBJSTORE_PAYLOAD_TEST_S3_ENDPOINT")
-pytestmark = [
-    pytest.mark.s3,
-    pytest.mark.skipif(
-        not ENDPOINT, reason="set OBJSTORE_PAYLOAD_TEST_S3_ENDPOINT to run against an S3 endpoint"
-    ),
-]
+if not ENDPOINT:
+    pytest.skip(
+        "set OBJSTORE_PAYLOAD_TEST_S3_ENDPOINT to run the suite against an S3 endpoint",
+        allow_module_level=True,
+    )
+pytestmark = pytest.mark.s3
 
 
 def options() -> S3Options:
