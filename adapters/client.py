@@ -59,17 +59,34 @@ def decode_npy_routing(text: str, *, name: str = "routed_experts") -> np.ndarray
     return array
 
 
+def _integers(values: object, name: str) -> np.ndarray:
+    """A 1-D array of non-negative int32 from JSON numbers; anything else is an error
+    (no silent truncation of floats, no booleans, no strings)."""
+    try:
+        array = np.asarray(values)
+    except (TypeError, ValueError) as exc:
+        raise InlineDecodeError(f"{name}: ids must be integers") from exc
+    if array.size == 0:
+        return np.zeros(0, np.int32)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise InlineDecodeError(f"{name}: ids must be a flat list of integers")
+    if int(array.min()) < 0 or int(array.max()) > np.iinfo(np.int32).max:
+        raise InlineDecodeError(f"{name}: ids must fit int32 and be non-negative")
+    return array.astype(np.int32)
+
+
+def _token_ids(values: object) -> np.ndarray:
+    if not isinstance(values, list):
+        raise InlineDecodeError("choice.token_ids: expected a list of token ids")
+    return _integers(values, "choice.token_ids")
+
+
 def _list_mask(rows: object, name: str) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
         raise InlineDecodeError(f"{name}: expected one list of ids per completion token")
     counts = np.fromiter((len(r) for r in rows), dtype=np.int32, count=len(rows))
-    try:
-        ids = np.array([i for r in rows for i in r], dtype=np.int64)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InlineDecodeError(f"{name}: ids must be integers") from exc
-    if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.int32).max):
-        raise InlineDecodeError(f"{name}: ids must fit int32")
-    return counts, ids.astype(np.int32)
+    ids = _integers([i for r in rows for i in r], name)
+    return counts, ids
 
 
 def _native_logprobs(logprobs: object, name: str) -> np.ndarray:
@@ -106,12 +123,7 @@ def decode_choice(
     """One ``/inference/v1/generate`` choice as a `Turn` (see module doc)."""
     roots = [r if isinstance(r, StoreRoot) else StoreRoot.parse(r) for r in allowed_roots]
     prompt = np.asarray(prompt_ids, dtype=np.int32)
-    try:
-        completion = np.asarray(choice["token_ids"], dtype=np.int32)
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        raise InlineDecodeError("choice.token_ids: expected a list of token ids") from exc
-    if completion.ndim != 1:
-        raise InlineDecodeError("choice.token_ids: expected a flat list of token ids")
+    completion = _token_ids(choice.get("token_ids"))
 
     segments: tuple[Segment, ...] = ()
     if choice.get("segments") is not None:
@@ -129,7 +141,15 @@ def decode_choice(
     if isinstance(routing, str):
         rows = decode_npy_routing(routing)
     elif routing is not None:
-        rows, _start = decode_routing(routing)  # start is implied by end anchoring
+        rows, start = decode_routing(routing)
+        expected = prompt.size + completion.size - 1 - rows.shape[0]
+        if start != expected:
+            # Rows are end-anchored; a start that disagrees means the rows are not the
+            # ones this response's tokens forwarded.
+            raise InlineDecodeError(
+                f"routed_experts: start {start} does not match {rows.shape[0]} end-anchored "
+                f"rows of a {prompt.size + completion.size}-token sequence (expected {expected})"
+            )
     total = prompt.size + completion.size
     if rows is not None and rows.shape[0] > total - 1:
         raise InlineDecodeError(f"routed_experts: {rows.shape[0]} rows do not fit {total} tokens")

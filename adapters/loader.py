@@ -63,6 +63,7 @@ class PrefetchLoader:
         self._queued_bytes = 0
         self._max_bytes = max_bytes
         self._stop = threading.Event()
+        self._started = False
         self._thread = threading.Thread(target=self._run, name="payload-prefetch", daemon=True)
         self._thread.start()
 
@@ -95,9 +96,20 @@ class PrefetchLoader:
                 continue
 
     def __iter__(self) -> Iterator[tuple[MicroBatch, PayloadTensors]]:
+        if self._started:
+            raise RuntimeError("a PrefetchLoader is iterated once; make a new one per epoch")
+        self._started = True
+        return self._items()
+
+    def _items(self) -> Iterator[tuple[MicroBatch, PayloadTensors]]:
         while True:
-            item = self._queue.get()
-            if item is _DONE:
+            try:
+                item = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                if self._stop.is_set():  # closed while waiting
+                    return
+                continue
+            if item is _DONE or self._stop.is_set():
                 return
             if isinstance(item, BaseException):
                 self.close()
@@ -114,10 +126,16 @@ class PrefetchLoader:
         return self._queued_bytes
 
     def close(self) -> None:
-        """Stop reading ahead (reads in flight finish and are dropped)."""
+        """Stop reading ahead (a read in flight finishes and is dropped); an iteration
+        waiting for the next item ends."""
         self._stop.set()
         with self._budget:
             self._budget.notify_all()
+        while True:  # unblock the reader thread if it waits for room in the queue
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
         self._thread.join(timeout=30)
 
     def __enter__(self) -> Self:

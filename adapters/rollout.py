@@ -90,7 +90,7 @@ class MicroBatch(msgspec.Struct, array_like=True, frozen=True, gc=False):
     input_ids: PackedArray
     loss_mask: PackedArray
     position_ids: PackedArray
-    """int32: each sample's positions restart at 0; padding counts on from the last."""
+    """int32: each sample's positions restart at 0, and so do the padding's."""
     sample_lengths: tuple[int, ...]
     multimodal: bool = False
     dummy: bool = False
@@ -230,6 +230,14 @@ def check_sample(sample: Sample | MicroBatch) -> None:
         csr: PackedCsr | None = getattr(sample, name)
         if csr is not None and _csr(csr, name)[0].size != n:
             raise InvalidPayloadError(f"inline {name} must have one count per token ({n})")
+    if sample.segments and any(getattr(sample, name) is not None for name in FIELDS):
+        # Packing, padding and the trainer read a sample's payload one way; a sample that
+        # carried some fields inline and others by segments would lose one kind.
+        raise InvalidPayloadError(
+            "a sample carries its payload inline or by segments, not both (inline: "
+            f"{[n for n in FIELDS if getattr(sample, n) is not None]}, segments: "
+            f"{sorted({s.field for s in sample.segments})})"
+        )
     for seg in sample.segments:
         get_field(seg.field)
         if seg.end > n:

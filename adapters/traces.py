@@ -146,6 +146,16 @@ def _group_to_sample(turns: Sequence[Turn], trace_id: str) -> Sample:
         dtype = np.int32 if name == "sampling_mask" else np.float32
         arrays[name] = (counts, np.concatenate(values) if values else np.zeros(0, dtype))
 
+    if segments and arrays:
+        # Turns that mixed transports (a destination on some requests only): keep what
+        # the server persisted, drop the inline fields, and say so.
+        log.warning(
+            "trace %s: payload came partly inline (%s) and partly by segments; "
+            "the inline fields are dropped",
+            trace_id,
+            ", ".join(sorted(arrays)),
+        )
+        arrays = {}
     return make_sample(token_ids, loss_mask, segments=segments, **arrays)  # type: ignore[arg-type]
 
 

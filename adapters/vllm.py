@@ -304,14 +304,21 @@ async def _generate(raw_request: Any) -> Any:
         return _error(500, "the engine returned no output", "internal_error")
 
     prompt_len = len(request.token_ids)
-    choices = []
+    # Every choice's arrays are read and checked before any blob is written, so a bad
+    # choice cannot leave the blobs of the good ones behind.
+    extracted = []
     for completion in final.outputs:
         try:
             arrays, logprobs = choice_arrays(
                 completion, prompt_len, num_experts=state.settings.num_experts
             )
+            arrays.regions()
         except (PayloadError, ValueError) as exc:
             return _error(500, f"cannot read the engine's arrays: {exc}", "internal_error")
+        extracted.append((completion, arrays, logprobs))
+    choices = []
+    written: list[str] = []
+    for completion, arrays, logprobs in extracted:
         choice: dict[str, Any] = {
             "index": completion.index,
             "token_ids": list(completion.token_ids),
@@ -322,11 +329,14 @@ async def _generate(raw_request: Any) -> Any:
             choice["completion_logprobs"] = codec.to_builtins(codec.encode_logprobs(logprobs))
         if destination is not None and state.writer is not None:
             try:
-                segments = await state.writer.awrite(destination, arrays)
+                blob = await state.writer.awrite_blob(destination, arrays)
             except PayloadError as exc:
                 log.error("payload write to %s failed: %s", destination, exc)
+                await _forget(state, written)
                 return _error(500, f"payload write failed: {exc}", "payload_write_failed")
-            choice["segments"] = segments_to_builtins(segments)
+            if blob is not None:
+                written.append(blob.uri)
+            choice["segments"] = segments_to_builtins(blob.segments if blob is not None else [])
         else:
             try:
                 choice.update(_inline_fields(arrays))
@@ -341,6 +351,17 @@ async def _generate(raw_request: Any) -> Any:
         "choices": choices,
     }
     return Response(content=msgspec.json.encode(response), media_type="application/json")
+
+
+async def _forget(state: _ServerState, uris: list[str]) -> None:
+    """Best-effort removal of blobs a failed response will never point at."""
+    if uris and state.store is not None:
+        import asyncio
+
+        try:
+            await asyncio.to_thread(state.store.delete, uris)
+        except PayloadError as exc:  # the backstop collects them later
+            log.warning("could not remove %d orphaned payload blobs: %s", len(uris), exc)
 
 
 def _generate_request_type() -> Any:

@@ -29,6 +29,7 @@ class Ledger:
         self._lock = threading.Lock()
         if self.path is not None and self.path.exists():
             self._replay(self.path)
+            self._cut_torn_tail(self.path)
 
     def _replay(self, path: Path) -> None:
         with path.open("rb") as file:
@@ -48,6 +49,16 @@ class Ledger:
                     log.warning("ledger %s: ignoring a torn last line", path)
                     continue
                 raise
+
+    @staticmethod
+    def _cut_torn_tail(path: Path) -> None:
+        """Drop a partial last line, so the next record starts on a line of its own."""
+        with path.open("r+b") as file:
+            data = file.read()
+            if data and not data.endswith(b"\n"):
+                file.truncate(data.rfind(b"\n") + 1)
+                file.flush()
+                os.fsync(file.fileno())
 
     def _append(self, entry: dict[str, object]) -> None:
         if self.path is None:

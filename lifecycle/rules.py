@@ -12,6 +12,7 @@ Terraform module, so the two cannot drift.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 from dataclasses import dataclass
@@ -74,7 +75,9 @@ def build_rules(prefix: str, settings: LifecycleSettings | None = None) -> list[
     key_prefix = _prefix(prefix)
     return [
         {
-            "ID": f"{RULE_ID_PREFIX}expire-{key_prefix.rstrip('/').replace('/', '-')}",
+            # The hash keeps "a-b/" and "a/b/" apart; terraform/main.tf builds the same ID.
+            "ID": f"{RULE_ID_PREFIX}expire-{key_prefix.rstrip('/').replace('/', '-')}-"
+            f"{hashlib.sha1(key_prefix.encode()).hexdigest()[:8]}",
             "Filter": {"Prefix": key_prefix},
             "Status": "Enabled",
             "Expiration": {"Days": values.expire_days},

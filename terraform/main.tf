@@ -51,7 +51,7 @@ resource "aws_s3_bucket_lifecycle_configuration" "payloads" {
   bucket = aws_s3_bucket.payloads.id
 
   rule {
-    id     = "objstore-payload-expire-${replace(trim(var.payload_prefix, "/"), "/", "-")}"
+    id     = "objstore-payload-expire-${replace(trim(var.payload_prefix, "/"), "/", "-")}-${substr(sha1(local.prefix), 0, 8)}"
     status = "Enabled"
     filter {
       prefix = local.prefix

@@ -130,7 +130,21 @@ def test_segments_are_passed_through_after_the_root_check() -> None:
         ),
         ({"token_ids": [1, 2], "sampling_mask": [[1]]}, InlineDecodeError, "1 rows for 2"),
         ({"token_ids": [1], "sampling_mask": [["x"]]}, InlineDecodeError, "integers"),
+        ({"token_ids": [1], "sampling_mask": [[7.9]]}, InlineDecodeError, "integers"),
+        ({"token_ids": [1], "sampling_mask": [[True]]}, InlineDecodeError, "integers"),
+        ({"token_ids": [1], "sampling_mask": [[-3]]}, InlineDecodeError, "non-negative"),
         ({"token_ids": [1], "sampling_mask": [[2**40]]}, InlineDecodeError, "int32"),
+        ({"token_ids": [11.9, 12.2]}, InlineDecodeError, "integers"),
+        ({"token_ids": ["11"]}, InlineDecodeError, "integers"),
+        ({"token_ids": [-1]}, InlineDecodeError, "non-negative"),
+        (
+            {
+                "token_ids": [1, 2, 3],
+                "routed_experts": codec.to_builtins(codec.encode_routing(ROUTING, start=0)),
+            },
+            InlineDecodeError,
+            "end-anchored",
+        ),
         ({"token_ids": [1], "sampling_mask": "nope"}, InlineDecodeError, "not a packed array"),
         (
             {"token_ids": [1], "logprobs": {"content": [{"token_id": 1}]}},

@@ -144,3 +144,15 @@ def test_dataloader_workers_open_their_own_store(
         got = list(loader)
     assert len(got) == len(want)
     assert all(same(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_prefetch_never_hangs_on_close_or_a_second_iteration(file_store: Store) -> None:
+    micro_batches = samples(file_store, count=6)
+    loader = PrefetchLoader(micro_batches, PayloadReader(file_store), depth=1)
+    iterator = iter(loader)
+    next(iterator)
+    threading.Timer(0.2, loader.close).start()  # closed from another thread mid-iteration
+    rest = list(iterator)
+    assert len(rest) <= 5
+    with pytest.raises(RuntimeError, match="iterated once"):
+        iter(loader)

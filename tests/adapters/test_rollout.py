@@ -106,3 +106,10 @@ def test_segments_past_the_sample_are_refused() -> None:
         make_sample(*tokens(4), segments=[routing_segment(5)])
     with pytest.raises(InvalidPayloadError, match="one row per token"):
         make_sample(*tokens(4), routed_experts=np.zeros((3, 2, 2), np.uint8))
+
+
+def test_a_sample_mixing_inline_and_segment_payload_is_refused() -> None:
+    with pytest.raises(InvalidPayloadError, match="inline or by segments, not both"):
+        make_sample(
+            *tokens(4), routed_experts=np.zeros((4, 2, 2), np.uint8), segments=[mask_segment(2, 2)]
+        )

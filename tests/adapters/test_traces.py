@@ -329,3 +329,17 @@ def test_multimodal_micro_batches_are_read_whole_and_unshifted(store: Store) -> 
                 assert other is not None
                 assert other.numpy().tobytes() == tensor.numpy().tobytes(), name
     assert tokens.size <= mb.num_tokens
+
+
+def test_turns_mixing_transports_keep_the_segments_and_warn(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    inline_turns, _, _ = make_turns(4, None)
+    segment_turns, _, _ = make_turns(4, store)
+    mixed = [inline_turns[0], *segment_turns[1:]]
+    with caplog.at_level(logging.WARNING):
+        (sample,) = trace_to_samples(mixed, trace_id="t-4")
+    assert sample.sampling_mask is None
+    assert sample.routed_experts is None
+    assert sample.segments
+    assert "t-4" in caplog.text

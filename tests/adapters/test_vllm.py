@@ -314,3 +314,26 @@ def test_demo_runs_the_writer_through_the_plugin(
     out = capsys.readouterr().out
     assert "through the vLLM plugin (2 requests" in out
     assert "equal the engine's arrays: OK (2/2)" in out
+
+
+class TwoChoiceEngine(StandInEngine):
+    """n = 2, the second choice's mask broken: nothing may be written for either."""
+
+    async def generate(
+        self, prompt: dict[str, Any], sampling_params: Any, request_id: str, **_: Any
+    ):  # type: ignore[no-untyped-def,override]
+        self.params.append(sampling_params)
+        broken = completion(index=1, sampling_mask=SamplingMask(token_ids=[[1]]))
+        yield RequestOutput(
+            request_id, None, prompt["prompt_token_ids"], None, [completion(), broken], True
+        )
+
+
+def test_a_bad_choice_leaves_no_blob_of_the_good_ones(store: Store) -> None:
+    with PluginServer(
+        TwoChoiceEngine(lambda *_: None), ServerSettings(store=store.config)
+    ) as server:
+        response = server.generate(request(payload_dir=store.version_prefix(3)))
+    assert response.status_code == 500
+    assert "choices" not in response.json()
+    assert store.list() == []

@@ -258,3 +258,14 @@ def test_a_simulated_run_keeps_only_what_may_still_be_read() -> None:
         result["deleted_on_consume"] + result["deleted_discarded"] + result["deleted_by_backstop"]
         == result["written"] - result["left"]
     )
+
+
+def test_a_record_after_a_torn_line_survives_the_next_restart(tmp_path: Path) -> None:
+    from objstore_payload.lifecycle import Ledger
+
+    path = tmp_path / "ledger.jsonl"
+    Ledger(path).record(3, ["memory://x/v1/a.bin"])
+    with path.open("ab") as file:
+        file.write(b'{"op":"record","step":4,"ur')  # the crash
+    Ledger(path).record(5, ["memory://x/v1/b.bin"])  # the resumed run records on
+    assert Ledger(path).pending_steps == [3, 5]

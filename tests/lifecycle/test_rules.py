@@ -55,7 +55,7 @@ def test_apply_merges_with_rules_the_bucket_already_has() -> None:
         got = client.get_bucket_lifecycle_configuration(Bucket="bucket-a")["Rules"]
         assert [r["ID"] for r in got] == [
             "logs-expire",
-            "objstore-payload-expire-run-payloads",
+            "objstore-payload-expire-run-payloads-ea27e40b",
             "objstore-payload-abort-incomplete-multipart",
         ]
         assert got[1]["Expiration"] == {"Days": 5}
@@ -130,7 +130,11 @@ def test_cli_prints_and_applies_the_rules(capsys: pytest.CaptureFixture[str]) ->
     assert "mc ilm rule add --expire-days 3 --prefix run/payloads/ local/bucket-cli" in out
     assert "applied to s3://bucket-cli: 2 rules" in out
     assert [r["ID"] for r in got] == [
-        "objstore-payload-expire-run-payloads",
+        "objstore-payload-expire-run-payloads-ea27e40b",
         "objstore-payload-abort-incomplete-multipart",
     ]
     assert main(["lifecycle", "--bucket", "x", "--prefix", "/"]) == 2
+
+
+def test_rule_ids_of_look_alike_prefixes_differ() -> None:
+    assert build_rules("run/a-b")[0]["ID"] != build_rules("run/a/b")[0]["ID"]
