@@ -167,6 +167,28 @@ def _lifecycle(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    import tempfile
+    from pathlib import Path
+
+    from objstore_payload.cli.bench_read import format_read, run_read, write_json
+    from objstore_payload.store.config import StoreConfig
+    from objstore_payload.store.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="objstore-payload-bench-") as scratch:
+        root = args.store or Path(scratch, "store").as_uri()
+        config = StoreConfig.from_env(root=root, engine=args.engine, s3=_s3_options(args))
+        with Store(config, record_requests=True) as store:
+            result = run_read(store, scale=args.scale, cp_size=args.cp, repeats=args.repeats)
+            if args.store:
+                leftovers = store.list(store.version_prefix(0))
+                if leftovers:
+                    store.delete(leftovers)
+    print(format_read(result))
+    print(f"results: {write_json(result, Path(args.out))}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``objstore-payload``."""
     parser = argparse.ArgumentParser(
@@ -205,6 +227,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _s3_args(inspect)
     inspect.set_defaults(func=_inspect)
+
+    bench = sub.add_parser(
+        "bench",
+        help="measure the data plane (scenario: read)",
+        description="read: one rank's window reads of a realistic micro batch, against a raw "
+        "os.pread loop over the same byte ranges (file stores), and GETs per distinct blob.",
+    )
+    bench.add_argument("scenario", choices=["read"], help="what to measure")
+    bench.add_argument("--store", help="root URL (default: a temporary file:// store)")
+    bench.add_argument("--scale", type=float, default=1.0, help="1.0: a 32k-token micro batch")
+    bench.add_argument("--cp", type=int, default=4, help="context-parallel degree (default 4)")
+    bench.add_argument("--repeats", type=int, default=5, help="timed repeats (default 5)")
+    bench.add_argument("--out", default="bench-results", help="folder for the JSON results")
+    _s3_args(bench)
+    bench.set_defaults(func=_bench)
 
     lifecycle = sub.add_parser(
         "lifecycle",
