@@ -168,6 +168,38 @@ def _lifecycle(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.scenario == "gc":
+        return _bench_gc(args)
+    return _bench_read(args)
+
+
+def _bench_gc(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from objstore_payload.cli.bench_gc import format_gc, run_gc, write_json
+    from objstore_payload.store.config import StoreConfig
+    from objstore_payload.store.store import Store
+
+    embedded = None
+    root, s3 = args.store, _s3_options(args)
+    if root is None:  # S3 semantics (DeleteObjects batches) on the embedded server
+        from objstore_payload.testing.embedded_s3 import EmbeddedS3
+
+        embedded = EmbeddedS3(bucket="payloads").start()
+        root, s3 = "s3://payloads/bench-gc", embedded.s3_options()
+    try:
+        config = StoreConfig.from_env(root=root, engine=args.engine, s3=s3)
+        with Store(config) as store:
+            result = run_gc(store, scale=args.scale)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    print(format_gc(result))
+    print(f"results: {write_json(result, Path(args.out))}")
+    return 0
+
+
+def _bench_read(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
@@ -230,12 +262,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench",
-        help="measure the data plane (scenario: read)",
+        help="measure the data plane (scenarios: read, gc)",
         description="read: one rank's window reads of a realistic micro batch, against a raw "
-        "os.pread loop over the same byte ranges (file stores), and GETs per distinct blob.",
+        "os.pread loop over the same byte ranges (file stores), and GETs per distinct blob. "
+        "gc: collecting one step's 15,000 blobs: delete requests and how long the caller "
+        "is blocked.",
     )
-    bench.add_argument("scenario", choices=["read"], help="what to measure")
-    bench.add_argument("--store", help="root URL (default: a temporary file:// store)")
+    bench.add_argument("scenario", choices=["read", "gc"], help="what to measure")
+    bench.add_argument(
+        "--store",
+        help="root URL (default: read: a temporary file:// store; gc: an embedded S3 server)",
+    )
     bench.add_argument("--scale", type=float, default=1.0, help="1.0: a 32k-token micro batch")
     bench.add_argument("--cp", type=int, default=4, help="context-parallel degree (default 4)")
     bench.add_argument("--repeats", type=int, default=5, help="timed repeats (default 5)")

@@ -24,3 +24,14 @@ def test_bench_read_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert 1 <= data["gets_per_blob"] <= 4
     assert data["bytes_per_window"] > 4000 / 4 * 384  # at least its share of the routing
     assert "GETs per distinct blob" in capsys.readouterr().out
+
+
+def test_bench_gc_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "results"
+    assert main(["bench", "gc", "--scale", "0.01", "--out", str(out)]) == 0  # embedded S3
+    data = json.loads((out / "gc.json").read_text())
+    assert data["blobs"] == 150
+    assert data["deleted"] == 150
+    assert data["delete_requests"] == 1  # one DeleteObjects for up to 1,000 keys
+    assert data["caller_blocked_s"] <= data["background_s"]
+    assert "delete requests: 1 for 150 keys" in capsys.readouterr().out
