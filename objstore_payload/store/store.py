@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NoReturn, Self
 
 from objstore_payload.errors import (
     InvalidSegmentError,
@@ -232,21 +232,10 @@ class Store:
         """
         engine = self.engine
         read = _ReadPass(self, ranges, into, self._policy(engine))
-        policy = self.config.retry
-        deadline = time.monotonic() + policy.total_timeout_s
-        attempt = 0
-        while read.todo:
-            attempt += 1
-            blocks, targets = read.batch()
-            self._record("get", blocks)
-            read.settle(engine.read_blocks_into(blocks, targets))
-            if not read.todo:
-                break
-            delay = policy.delay(attempt)
-            if attempt >= policy.max_attempts or time.monotonic() + delay > deadline:
-                read.give_up(attempt)
-            self._count(retries=len(read.todo))
-            time.sleep(delay)
+        while (batch := read.next_batch()) is not None:
+            delay = read.settle(engine.read_blocks_into(*batch))
+            if delay:
+                time.sleep(delay)
         return read.views()
 
     async def aread_ranges(
@@ -258,21 +247,10 @@ class Store:
         """Async `read_ranges`: same checks, merging, retries and errors."""
         engine = await self.aengine()
         read = _ReadPass(self, ranges, into, self._policy(engine))
-        policy = self.config.retry
-        deadline = time.monotonic() + policy.total_timeout_s
-        attempt = 0
-        while read.todo:
-            attempt += 1
-            blocks, targets = read.batch()
-            self._record("get", blocks)
-            read.settle(await engine.aread_blocks_into(blocks, targets))
-            if not read.todo:
-                break
-            delay = policy.delay(attempt)
-            if attempt >= policy.max_attempts or time.monotonic() + delay > deadline:
-                read.give_up(attempt)
-            self._count(retries=len(read.todo))
-            await asyncio.sleep(delay)
+        while (batch := read.next_batch()) is not None:
+            delay = read.settle(await engine.aread_blocks_into(*batch))
+            if delay:
+                await asyncio.sleep(delay)
         return read.views()
 
     def read(self, uri: str, start: int, end: int) -> memoryview:
@@ -390,7 +368,8 @@ class Store:
 
 class _ReadPass:
     """The state of one `Store.read_ranges` call across attempts: the merged blocks,
-    where each block's bytes go, what came back and what must be read again."""
+    where each block's bytes go, what came back, what must be read again, and the retry
+    budget (shared by the sync and async reads, which only differ in how they wait)."""
 
     def __init__(
         self,
@@ -419,6 +398,9 @@ class _ReadPass:
         self.results: list[ReadOutcome | int | None] = [None] * len(self.blocks)
         self.failures: dict[int, ReadOutcome | int] = {}
         self.todo = list(range(len(self.blocks)))
+        self._retry = store.config.retry
+        self._deadline = time.monotonic() + self._retry.total_timeout_s
+        self._attempt = 0
 
     def _targets(self) -> list[list[memoryview] | None]:
         """Per block: the views its bytes are scattered into, or None to get the bytes
@@ -461,12 +443,19 @@ class _ReadPass:
                 self.buffers.update(own)
         return targets
 
-    def batch(self) -> tuple[list[Block], list[list[memoryview] | None]]:
-        """The blocks still to read and their targets."""
-        return [self.blocks[i] for i in self.todo], [self.targets[i] for i in self.todo]
+    def next_batch(self) -> tuple[list[Block], list[list[memoryview] | None]] | None:
+        """The blocks still to read and their targets (counted as sent), or None when
+        every block came back whole."""
+        if not self.todo:
+            return None
+        self._attempt += 1
+        blocks = [self.blocks[i] for i in self.todo]
+        self._store._record("get", blocks)
+        return blocks, [self.targets[i] for i in self.todo]
 
-    def settle(self, outcomes: Sequence[ReadOutcome | int]) -> None:
-        """File the outcomes of one attempt; keep the blocks worth another attempt."""
+    def settle(self, outcomes: Sequence[ReadOutcome | int]) -> float:
+        """File the outcomes of one attempt and keep the blocks worth another; return the
+        delay before that attempt (0 when done), or raise once the budget is spent."""
         again = []
         for index, outcome in zip(self.todo, outcomes, strict=True):
             block = self.blocks[index]
@@ -495,8 +484,15 @@ class _ReadPass:
                 self.failures[index] = outcome
                 again.append(index)
         self.todo = again
+        if not again:
+            return 0.0
+        delay = self._retry.delay(self._attempt)
+        if self._attempt >= self._retry.max_attempts or time.monotonic() + delay > self._deadline:
+            self.give_up(self._attempt)
+        self._store._count(retries=len(again))
+        return delay
 
-    def give_up(self, attempts: int) -> None:
+    def give_up(self, attempts: int) -> NoReturn:
         """Raise the error of the first block that never came back whole."""
         index, outcome = next(iter(self.failures.items()))
         block = self.blocks[index]
