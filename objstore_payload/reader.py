@@ -117,18 +117,16 @@ class WindowPlan:
 
     def take_offsets(self, buffers: Sequence[memoryview]) -> None:
         """Pass 1 results: check the offsets and compute each ragged field's width."""
+        widest = dict.fromkeys(self._ragged, 1)
         for (name, index), buf in zip(self._offset_owners, buffers, strict=True):
             state = self._ragged[name]
             seg = state.segments[index]
             offsets = np.frombuffer(buf, dtype=_OFFSET).astype(np.int64)
-            _check_offsets(seg, offsets, state.value_dtype.itemsize, state.spec)
+            row_width = _check_offsets(seg, offsets, state.value_dtype.itemsize, state.spec)
+            widest[name] = max(widest[name], row_width)
             state.offsets[index] = offsets
-        for state in self._ragged.values():
-            widest = 0
-            for words in state.offsets:
-                if words is not None and words.size > 1:
-                    widest = max(widest, int(np.diff(words).max()) // state.value_dtype.itemsize)
-            state.width = max(widest, 1)
+        for name, state in self._ragged.items():
+            state.width = widest[name]
 
     # -- pass 2 ---------------------------------------------------------------------
     def _allocate(self) -> None:
@@ -257,7 +255,8 @@ def _check_segments(spec: FieldSpec, segs: Sequence[Segment]) -> None:
             )
 
 
-def _check_offsets(seg: Segment, offsets: np.ndarray, itemsize: int, spec: FieldSpec) -> None:
+def _check_offsets(seg: Segment, offsets: np.ndarray, itemsize: int, spec: FieldSpec) -> int:
+    """Check a segment's offset words; return its widest row (in values)."""
     # The values of a CSR region follow all of its offset words, so even a clipped
     # segment's first offset lies past its own last word.
     steps = np.diff(offsets)
@@ -270,6 +269,7 @@ def _check_offsets(seg: Segment, offsets: np.ndarray, itemsize: int, spec: Field
             f"{seg.uri}: {spec.name} offsets at byte {seg.offset} give rows that are misaligned "
             f"or wider than {spec.max_width}"
         )
+    return int(steps.max()) // itemsize if steps.size else 0
 
 
 def _fixed_output(spec: FieldSpec, segs: Sequence[Segment], length: int) -> np.ndarray:
