@@ -44,6 +44,11 @@ class LifecycleSettings:
             raise ValueError("lifecycle days are whole days, at least 1")
 
 
+BUILTIN_DEFAULTS: Final = LifecycleSettings(expire_days=2, abort_incomplete_days=1)
+"""Used where ``terraform/lifecycle.json`` is not shipped (an installed wheel); a test
+checks it equals the file."""
+
+
 def _defaults_path() -> Path:
     here = Path(__file__).resolve()
     for base in (here.parent.parent, here.parent.parent.parent):
@@ -59,7 +64,7 @@ def default_settings() -> LifecycleSettings:
     if path.is_file():
         data = json.loads(path.read_text())
         return LifecycleSettings(int(data["expire_days"]), int(data["abort_incomplete_days"]))
-    return LifecycleSettings(expire_days=2, abort_incomplete_days=1)
+    return BUILTIN_DEFAULTS
 
 
 def _prefix(prefix: str) -> str:

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from objstore_payload.store.config import S3Options
+from objstore_payload.testing.loopback import create_bucket, loopback_s3_options
 
 __all__ = ["CephRgw", "rgw_available"]
 
@@ -55,26 +56,12 @@ class CephRgw:
             raise RuntimeError(f"Ceph RGW did not start: {exc}\n{output[-2000:]}") from exc
         lines = [line for line in result.stdout.splitlines() if line.startswith("endpoint=")]
         self.endpoint_url = lines[-1].removeprefix("endpoint=")
-        from objstore_payload.store.s3 import make_boto3_client
-
-        client = make_boto3_client(self.s3_options())
-        try:
-            client.create_bucket(Bucket=self.bucket)
-        finally:
-            client.close()
+        create_bucket(self.s3_options(), self.bucket)
         return self
 
     def s3_options(self, **overrides: Any) -> S3Options:
         """Options that reach this RGW (path-style, its test user)."""
-        values: dict[str, Any] = {
-            "endpoint_url": self.endpoint_url,
-            "addressing_style": "path",
-            "region": "us-east-1",
-            "access_key_id": ACCESS_KEY,
-            "secret_access_key": SECRET_KEY,
-        }
-        values.update(overrides)
-        return S3Options(**values)
+        return loopback_s3_options(self.endpoint_url, ACCESS_KEY, SECRET_KEY, **overrides)
 
     def process_lifecycle(self) -> None:
         """Run lifecycle processing now (with the 10-second debug "day")."""

@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from objstore_payload.store.config import S3Options
+from objstore_payload.testing.loopback import create_bucket, loopback_s3_options
 
 __all__ = ["EmbeddedS3"]
 
@@ -41,37 +42,17 @@ class EmbeddedS3:
         self._server.start()
         _host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://127.0.0.1:{port}"
-        from objstore_payload.store.s3 import make_boto3_client
-
-        client = make_boto3_client(self.s3_options())
-        client.create_bucket(Bucket=self.bucket)
-        client.close()
+        create_bucket(self.s3_options(), self.bucket)
         return self
 
     def s3_options(self, **overrides: Any) -> S3Options:
         """Options that reach this server (path-style, its own static credentials)."""
-        values: dict[str, Any] = {
-            "endpoint_url": self.endpoint_url,
-            "addressing_style": "path",
-            "region": "us-east-1",
-            "access_key_id": _ACCESS_KEY,
-            "secret_access_key": _SECRET_KEY,
-        }
-        values.update(overrides)
-        return S3Options(**values)
+        return loopback_s3_options(self.endpoint_url, _ACCESS_KEY, _SECRET_KEY, **overrides)
 
     def ensure_bucket(self) -> None:
         """Create the bucket again if something removed it (moto's in-process mock shares
         its backend with a server running in the same process, and resets it)."""
-        from objstore_payload.store.s3 import make_boto3_client
-
-        client = make_boto3_client(self.s3_options())
-        try:
-            names = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
-            if self.bucket not in names:
-                client.create_bucket(Bucket=self.bucket)
-        finally:
-            client.close()
+        create_bucket(self.s3_options(), self.bucket, if_missing=True)
 
     def reset(self) -> None:
         """Drop every bucket and object, then create the bucket again."""
@@ -80,11 +61,7 @@ class EmbeddedS3:
         request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
         with urllib.request.urlopen(request, timeout=10):
             pass
-        from objstore_payload.store.s3 import make_boto3_client
-
-        client = make_boto3_client(self.s3_options())
-        client.create_bucket(Bucket=self.bucket)
-        client.close()
+        create_bucket(self.s3_options(), self.bucket)
 
     def stop(self) -> None:
         """Stop the server (its thread ends; objects are gone)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import uuid
+from typing import Any, Protocol
 
 import numpy as np
 import pytest
@@ -26,11 +28,30 @@ from objstore_payload import (
     UnknownFieldError,
     UriNotAllowedError,
 )
-from objstore_payload.store import RetryPolicy
+from objstore_payload.store import RetryPolicy, S3Options, StoreConfig
 from objstore_payload.verify import read_blob_info, verify_blob
 
 FAST_RETRY = RetryPolicy(max_attempts=3, initial_backoff_s=0.001, max_backoff_s=0.01)
 """Retries without the production backoff, so failure tests stay fast."""
+
+
+class S3Server(Protocol):
+    """A test S3 server on 127.0.0.1 (moto server, Ceph RGW)."""
+
+    bucket: str
+
+    def s3_options(self, **overrides: Any) -> S3Options: ...
+
+
+def s3_store(server: S3Server, engine: str, **s3: Any) -> Store:
+    """An empty store under a fresh prefix of ``server``'s bucket, recording requests."""
+    config = StoreConfig(
+        root=f"s3://{server.bucket}/{uuid.uuid4().hex}",
+        engine=engine,  # type: ignore[arg-type]
+        s3=server.s3_options(**s3),
+        retry=FAST_RETRY,
+    )
+    return Store(config, record_requests=True)
 
 
 def hostile_uris(store: Store) -> list[str]:

@@ -3,40 +3,28 @@ engines; checksums only where required; a small connection pool)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from objstore_payload import Store, StoreConfig
+from objstore_payload import Store
 from objstore_payload.testing.ceph_rgw import CephRgw
-from tests.conformance.base import FAST_RETRY, StoreConformance
+from tests.conformance.base import StoreConformance, s3_store
 
 pytestmark = pytest.mark.s3
-
-
-def _store(rgw: CephRgw, engine: str, **s3: Any) -> Store:
-    config = StoreConfig(
-        root=f"s3://{rgw.bucket}/{uuid.uuid4().hex}",
-        engine=engine,  # type: ignore[arg-type]
-        s3=rgw.s3_options(**s3),
-        retry=FAST_RETRY,
-    )
-    return Store(config, record_requests=True)
 
 
 class TestCephRgwS3fs(StoreConformance):
     @pytest.fixture
     def store(self, ceph_rgw: CephRgw) -> Iterator[Store]:
-        with _store(ceph_rgw, "fsspec") as store:
+        with s3_store(ceph_rgw, "fsspec") as store:
             yield store
 
 
 class TestCephRgwBoto3(StoreConformance):
     @pytest.fixture
     def store(self, ceph_rgw: CephRgw) -> Iterator[Store]:
-        with _store(ceph_rgw, "boto3") as store:
+        with s3_store(ceph_rgw, "boto3") as store:
             yield store
 
 
@@ -45,14 +33,14 @@ class TestCephRgwBoto3AutoAddressing(StoreConformance):
 
     @pytest.fixture
     def store(self, ceph_rgw: CephRgw) -> Iterator[Store]:
-        with _store(ceph_rgw, "boto3", addressing_style="auto") as store:
+        with s3_store(ceph_rgw, "boto3", addressing_style="auto") as store:
             yield store
 
 
 class TestCephRgwWhenRequiredChecksumsSmallPool(StoreConformance):
     @pytest.fixture
     def store(self, ceph_rgw: CephRgw) -> Iterator[Store]:
-        with _store(
+        with s3_store(
             ceph_rgw, "fsspec", checksum_mode="when_required", max_pool_connections=2
         ) as store:
             yield store

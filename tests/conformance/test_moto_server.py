@@ -3,28 +3,21 @@ and the boto3 engine, and with the S3 options that differ between stores."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from objstore_payload import Store, StoreConfig
+from objstore_payload import Store
 from objstore_payload.testing.embedded_s3 import EmbeddedS3
-from tests.conformance.base import FAST_RETRY, StoreConformance
+from tests.conformance.base import StoreConformance, s3_store
 
 pytestmark = pytest.mark.s3
 
 
 def _store(server: EmbeddedS3, engine: str, **s3: Any) -> Store:
     server.ensure_bucket()
-    config = StoreConfig(
-        root=f"s3://{server.bucket}/{uuid.uuid4().hex}",
-        engine=engine,  # type: ignore[arg-type]
-        s3=server.s3_options(**s3),
-        retry=FAST_RETRY,
-    )
-    return Store(config, record_requests=True)
+    return s3_store(server, engine, **s3)
 
 
 class TestMotoServerS3fs(StoreConformance):

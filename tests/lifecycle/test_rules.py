@@ -84,7 +84,10 @@ def test_terraform_and_python_share_the_lifecycle_values() -> None:
         shared["expire_days"], shared["abort_incomplete_days"]
     )
     # the built-in fallback (for installs without the terraform folder) matches too
-    assert (shared["expire_days"], shared["abort_incomplete_days"]) == (2, 1)
+    assert shared == {
+        "expire_days": rules.BUILTIN_DEFAULTS.expire_days,
+        "abort_incomplete_days": rules.BUILTIN_DEFAULTS.abort_incomplete_days,
+    }
     with (TERRAFORM / "main.tf").open() as file:
         main = unquote(hcl2.load(file))
     (config,) = [
