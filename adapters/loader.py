@@ -20,7 +20,7 @@ import torch
 import torch.utils.data
 
 from objstore_payload.adapters.rollout import MicroBatch, decode_micro_batch, encode_message
-from objstore_payload.adapters.torch_tensors import PayloadTensors, micro_batch_tensors
+from objstore_payload.adapters.torch_tensors import MaskWidth, PayloadTensors, micro_batch_tensors
 from objstore_payload.reader import PayloadReader
 from objstore_payload.store.config import StoreConfig
 from objstore_payload.store.store import Store
@@ -52,12 +52,14 @@ class PrefetchLoader:
         cp_size: int = 1,
         depth: int = 2,
         max_bytes: int = 1 << 30,
+        mask_width: MaskWidth = "window",
     ) -> None:
         if depth < 1 or max_bytes < 1:
             raise ValueError("depth and max_bytes must be positive")
         self._source = iter(micro_batches)
         self._reader = reader
         self._cp = (cp_rank, cp_size)
+        self._mask_width: MaskWidth = mask_width
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._budget = threading.Condition()
         self._queued_bytes = 0
@@ -76,7 +78,11 @@ class PrefetchLoader:
                 if self._stop.is_set():
                     return
                 tensors = micro_batch_tensors(
-                    micro_batch, cp_rank=self._cp[0], cp_size=self._cp[1], reader=self._reader
+                    micro_batch,
+                    cp_rank=self._cp[0],
+                    cp_size=self._cp[1],
+                    reader=self._reader,
+                    mask_width=self._mask_width,
                 )
                 size = tensor_bytes(tensors)
                 with self._budget:
@@ -164,10 +170,12 @@ class MicroBatchDataset(torch.utils.data.Dataset[PayloadTensors]):
         *,
         cp_rank: int = 0,
         cp_size: int = 1,
+        mask_width: MaskWidth = "window",
     ) -> None:
         self._messages = [encode_message(mb) for mb in micro_batches]
         self._config = store_config
         self._cp = (cp_rank, cp_size)
+        self._mask_width: MaskWidth = mask_width
         self._store: Store | None = None
 
     def __len__(self) -> int:
@@ -182,6 +190,7 @@ class MicroBatchDataset(torch.utils.data.Dataset[PayloadTensors]):
             cp_rank=self._cp[0],
             cp_size=self._cp[1],
             reader=PayloadReader(self._store),
+            mask_width=self._mask_width,
         )
 
     def __getstate__(self) -> dict[str, Any]:

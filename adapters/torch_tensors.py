@@ -7,14 +7,17 @@ t + 1; the last rank's final position reads -1), mask logprobs over the whole se
 Those tensors come back with ``cp_windowed=True``. An inline micro batch, and a multimodal
 one (the model may defer context parallelism), gives whole, unshifted tensors with
 ``cp_windowed=False``; `window_for_rank` then applies the usual shift-left and contiguous
-CP split, and the two paths agree bit for bit.
+CP split, and the two paths agree bit for bit, up to the width of ragged tensors: by
+default a rank's mask is as wide as the widest row in its window (columns the inline
+tensor has beyond that are all fill), or, with ``mask_width="micro_batch"``, exactly as
+wide as the inline one (see `MaskWidth`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Final, Literal
 
 import numpy as np
 import torch
@@ -25,6 +28,7 @@ from objstore_payload.fields import FIELDS, get_field
 from objstore_payload.reader import FieldWindow, PayloadReader
 
 __all__ = [
+    "MaskWidth",
     "PayloadTensors",
     "amicro_batch_tensors",
     "cp_bounds",
@@ -131,11 +135,23 @@ def _inline_tensors(micro_batch: MicroBatch) -> PayloadTensors:
     )
 
 
-def plan_window(micro_batch: MicroBatch, cp_rank: int, cp_size: int) -> list[FieldWindow]:
+MaskWidth = Literal["window", "micro_batch"]
+"""How wide a by-segment ragged tensor (sampling mask, its logprobs) is: ``window``, the
+widest row inside the rank's window (each rank reads only its window's offsets);
+``micro_batch``, the widest row of the whole micro batch, bit for bit what the inline path
+gives (every rank then reads the offset words of every mask segment of the micro batch)."""
+
+
+def plan_window(
+    micro_batch: MicroBatch, cp_rank: int, cp_size: int, mask_width: MaskWidth = "window"
+) -> list[FieldWindow]:
     """The field windows a rank reads from a by-segment micro batch."""
     n = micro_batch.num_tokens
     present = {s.field for s in micro_batch.segments}
     whole = micro_batch.multimodal
+    if mask_width not in ("window", "micro_batch"):
+        raise ValueError(f"mask_width must be 'window' or 'micro_batch', got {mask_width!r}")
+    width_of: Final = "window" if mask_width == "window" else "segments"
     lo, hi = (0, n) if whole else cp_bounds(n, cp_rank, cp_size)
     windows = []
     for name in FIELDS:
@@ -143,11 +159,12 @@ def plan_window(micro_batch: MicroBatch, cp_rank: int, cp_size: int) -> list[Fie
             continue
         window = get_field(name).window
         if whole or window == "sequence":
-            windows.append(FieldWindow(name, 0, n))
+            start, end = 0, n
         elif window == "labels":
-            windows.append(FieldWindow(name, lo + 1, hi + 1))
+            start, end = lo + 1, hi + 1
         else:
-            windows.append(FieldWindow(name, lo, hi))
+            start, end = lo, hi
+        windows.append(FieldWindow(name, start, end, width_of=width_of))
     return windows
 
 
@@ -157,17 +174,19 @@ def micro_batch_tensors(
     cp_rank: int = 0,
     cp_size: int = 1,
     reader: PayloadReader | None = None,
+    mask_width: MaskWidth = "window",
 ) -> PayloadTensors:
     """The payload tensors of ``micro_batch`` for CP rank ``cp_rank`` of ``cp_size``.
 
     By-segment micro batches need ``reader`` and cost one read pass (two round trips when
-    a ragged field is present: its offsets first); see the module doc for windows.
+    a ragged field is present: its offsets first); see the module doc for windows and
+    `MaskWidth` for the width of ragged tensors.
     """
     if not micro_batch.segments:
         return _inline_tensors(micro_batch)
     if reader is None:
         raise ValueError("a by-segment micro batch needs a PayloadReader")
-    windows = plan_window(micro_batch, cp_rank, cp_size)
+    windows = plan_window(micro_batch, cp_rank, cp_size, mask_width)
     arrays = dict(
         zip(
             (w.field for w in windows),
@@ -184,13 +203,14 @@ async def amicro_batch_tensors(
     cp_rank: int = 0,
     cp_size: int = 1,
     reader: PayloadReader | None = None,
+    mask_width: MaskWidth = "window",
 ) -> PayloadTensors:
     """Async `micro_batch_tensors`."""
     if not micro_batch.segments:
         return _inline_tensors(micro_batch)
     if reader is None:
         raise ValueError("a by-segment micro batch needs a PayloadReader")
-    windows = plan_window(micro_batch, cp_rank, cp_size)
+    windows = plan_window(micro_batch, cp_rank, cp_size, mask_width)
     read = await reader.aread_window(micro_batch.segments, windows)
     arrays = dict(zip((w.field for w in windows), read, strict=True))
     return _from_read(arrays, windowed=not micro_batch.multimodal)

@@ -2,13 +2,15 @@
 
 For a window ``[lo, hi)`` of a field, the result has one row per position. Positions no
 segment covers read as the field's fill; where segments overlap, the later one wins;
-rows narrower than the result are padded with the fill. A ragged field's width is the
-widest row among **all** the given segments of that field (min 1), not only those in
-the window, so every context-parallel rank of a micro batch gets the same width, as the
-inline path pads.
+rows narrower than the result are padded with the fill. A ragged field's width is, by
+default, the widest row among **all** the given segments of that field (min 1), not only
+those in the window, so every context-parallel rank of a micro batch gets the same width,
+as the inline path pads; that costs reading every segment's offset words on every rank.
+``FieldWindow(width_of="window")`` trims the width to the widest row inside the window
+instead (min 1) and reads only the offsets of the segments the window touches.
 
 One `read_window` call reads several fields for one window: pass 1 fetches the offset
-words of every ragged segment (4 bytes per row, to know widths and value spans); pass 2
+words of the ragged segments (4 bytes per row, to know widths and value spans); pass 2
 fetches every value span and every fixed-width row range together. Each pass is one
 concurrent, coalesced `Store.read_ranges` call. Every URI is checked against the store's
 root before the first byte is requested. Assembly is vectorized per segment: no Python
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -45,6 +48,10 @@ class FieldWindow:
     hi: int
     width: int | None = None
     """Ragged fields: force this width instead of the widest row of the segments."""
+    width_of: Literal["segments", "window"] = "segments"
+    """Ragged fields without a forced width: ``segments``, the widest row of all the given
+    segments (the same on every window of a sequence); ``window``, the widest row inside
+    this window (cheaper: only the window's segments' offsets are read)."""
 
     def __post_init__(self) -> None:
         if type(self.lo) is not int or type(self.hi) is not int or not 0 <= self.lo <= self.hi:
@@ -55,6 +62,10 @@ class FieldWindow:
             raise InvalidSegmentError(f"window end {self.hi} exceeds the largest token position")
         if self.width is not None and (type(self.width) is not int or self.width < 1):
             raise InvalidSegmentError(f"window width must be a positive int, got {self.width!r}")
+        if self.width_of not in ("segments", "window"):
+            raise InvalidSegmentError(
+                f"width_of must be 'segments' or 'window', got {self.width_of!r}"
+            )
 
 
 @dataclass(slots=True)
@@ -64,6 +75,8 @@ class _RaggedField:
     value_dtype: np.dtype[np.generic]
     offsets: list[np.ndarray | None]
     width: int = 1
+    counts: list[np.ndarray | None] | None = None
+    """Per segment: values per row (from its offsets), once pass 1 is in."""
 
 
 class WindowPlan:
@@ -83,6 +96,15 @@ class WindowPlan:
                 self.by_field[seg.field].append(seg)
         for name, segs in self.by_field.items():
             _check_segments(self.specs[name], segs)
+        # Each window's segments clipped to it, once: (index in by_field, segment, clipped).
+        self._clipped = [
+            [
+                (index, seg, clipped)
+                for index, seg in enumerate(self.by_field[w.field])
+                if (clipped := seg.clip(w.lo, w.hi)) is not None
+            ]
+            for w in self.windows
+        ]
         self._ragged: dict[str, _RaggedField] = {}
         self._offset_owners: list[tuple[str, int]] = []
         self._value_owners: list[tuple[int, int, Segment, Segment]] = []
@@ -94,21 +116,30 @@ class WindowPlan:
     # -- pass 1 ---------------------------------------------------------------------
     def offset_ranges(self) -> list[Range]:
         """Pass 1: the offset words of the ragged segments (all of them, for the width;
-        only those in the window when every window of the field fixes its width)."""
+        only those in the window when no window of the field takes its width from all
+        the segments)."""
         ranges: list[Range] = []
         self._offset_owners = []
         for name, segs in self.by_field.items():
             spec = self.specs[name]
             if not spec.ragged or not segs:
                 continue
-            field_windows = [w for w in self.windows if w.field == name]
-            need_all = any(w.width is None for w in field_windows)
+            need_all = any(
+                w.field == name and w.width is None and w.width_of == "segments"
+                for w in self.windows
+            )
+            touched = {
+                index
+                for w, clipped in zip(self.windows, self._clipped, strict=True)
+                if w.field == name
+                for index, _, _ in clipped
+            }
             state = _RaggedField(spec, segs, dtype_from_name(spec.value_dtype), [None] * len(segs))
             self._ragged[name] = state
             for index, seg in enumerate(segs):
                 if not seg.rows:
                     continue
-                if need_all or any(seg.clip(w.lo, w.hi) for w in field_windows):
+                if need_all or index in touched:
                     ranges.append(
                         (seg.uri, seg.offset, seg.offset + _OFFSET.itemsize * (seg.rows + 1))
                     )
@@ -116,25 +147,39 @@ class WindowPlan:
         return ranges
 
     def take_offsets(self, buffers: Sequence[memoryview]) -> None:
-        """Pass 1 results: check the offsets and compute each ragged field's width."""
-        widest = dict.fromkeys(self._ragged, 1)
+        """Pass 1 results: check the offsets and compute each ragged field's width.
+
+        Vectorized per field over all its segments (one concatenation, one diff), so the
+        cost does not grow with a Python loop of numpy calls per segment; a failed check
+        is re-run per segment to name the culprit."""
+        owners_of: dict[str, list[tuple[int, memoryview]]] = {}
         for (name, index), buf in zip(self._offset_owners, buffers, strict=True):
-            state = self._ragged[name]
-            seg = state.segments[index]
-            offsets = np.frombuffer(buf, dtype=_OFFSET).astype(np.int64)
-            row_width = _check_offsets(seg, offsets, state.value_dtype.itemsize, state.spec)
-            widest[name] = max(widest[name], row_width)
-            state.offsets[index] = offsets
+            owners_of.setdefault(name, []).append((index, buf))
         for name, state in self._ragged.items():
-            state.width = widest[name]
+            state.counts = [None] * len(state.segments)
+            owners = owners_of.get(name)
+            state.width = _take_field_offsets(state, owners) if owners else 1
 
     # -- pass 2 ---------------------------------------------------------------------
+    def _widest_in(self, w_index: int) -> int:
+        """The widest row (min 1) of a ragged window's segments inside the window."""
+        state = self._ragged[self.windows[w_index].field]
+        widest = 1
+        if state.counts is None:  # no offsets read: no segment with rows in the window
+            return widest
+        for index, seg, clipped in self._clipped[w_index]:
+            counts = state.counts[index]
+            if counts is not None:
+                a = clipped.pos - seg.pos
+                widest = max(widest, int(counts[a : a + clipped.rows].max()))
+        return widest
+
     def _allocate(self) -> None:
         # Fixed-width outputs start uninitialized and only uncovered rows get the fill
         # (routing is hundreds of bytes per row: writing it twice would double the cost).
         self._outputs: list[np.ndarray | None] = []
         self._covered: list[np.ndarray | None] = []
-        for window in self.windows:
+        for w_index, window in enumerate(self.windows):
             spec = self.specs[window.field]
             segs = self.by_field[window.field]
             length = window.hi - window.lo
@@ -143,7 +188,9 @@ class WindowPlan:
                 self._covered.append(None)
             elif spec.ragged:
                 state = self._ragged[window.field]
-                width = window.width if window.width is not None else state.width
+                width = window.width
+                if width is None:
+                    width = self._widest_in(w_index) if window.width_of == "window" else state.width
                 self._outputs.append(np.full((length, width), spec.fill, dtype=state.value_dtype))
                 self._covered.append(None)
             else:
@@ -153,21 +200,41 @@ class WindowPlan:
     def value_ranges(self) -> list[Range]:
         """Pass 2: every fixed-width row range and ragged value span inside the windows."""
         self._allocate()
+        self._packed_values: dict[int, np.ndarray] = {}
         ranges: list[Range] = []
         self._value_owners = []
         self._destinations: list[memoryview | None] = []
         for w_index, window in enumerate(self.windows):
             spec = self.specs[window.field]
             out = self._outputs[w_index]
-            clipped_all = [
-                (index, seg, clipped)
-                for index, seg in enumerate(self.by_field[window.field])
-                if (clipped := seg.clip(window.lo, window.hi)) is not None
-            ]
+            clipped_all = self._clipped[w_index]
             alone = _rows_alone([c for _, _, c in clipped_all])
+            packed = spec.ragged and bool(clipped_all) and all(alone)
+            if packed:
+                # No overlaps: the values of every segment land in one array, in row
+                # order, and `assemble` scatters them with one boolean assignment.
+                clipped_all = sorted(clipped_all, key=lambda item: item[2].pos)
+                spans = []
+                for index, seg, clipped in clipped_all:
+                    offsets = self._ragged[window.field].offsets[index]
+                    assert offsets is not None
+                    a = clipped.pos - seg.pos
+                    spans.append((int(offsets[a]), int(offsets[a + clipped.rows])))
+                values = np.empty(
+                    sum(end - start for start, end in spans) // spec_itemsize(spec),
+                    dtype=dtype_from_name(spec.value_dtype),
+                )
+                self._packed_values[w_index] = values
+                cursor = 0
             for (index, seg, clipped), is_alone in zip(clipped_all, alone, strict=True):
                 dest = None
-                if spec.ragged:
+                if packed:
+                    start, end = spans.pop(0)
+                    ranges.append((seg.uri, start, end))
+                    size = (end - start) // values.itemsize
+                    dest = byte_view(values[cursor : cursor + size])
+                    cursor += size
+                elif spec.ragged:
                     offsets = self._ragged[window.field].offsets[index]
                     assert offsets is not None
                     a = clipped.pos - seg.pos
@@ -193,14 +260,47 @@ class WindowPlan:
         """Pass 2: where each value range may be read straight into (or None)."""
         return self._destinations
 
+    def _scatter_packed(self, w_index: int, values: np.ndarray) -> None:
+        """A ragged window without overlapping segments: its values, read in row order
+        into one array, land with one boolean assignment."""
+        out = self._outputs[w_index]
+        assert out is not None
+        window = self.windows[w_index]
+        state = self._ragged[window.field]
+        assert state.counts is not None
+        counts = np.zeros(out.shape[0], np.int64)
+        for index, seg, clipped in self._clipped[w_index]:
+            seg_counts = state.counts[index]
+            assert seg_counts is not None
+            a = clipped.pos - seg.pos
+            row = clipped.pos - window.lo
+            counts[row : row + clipped.rows] = seg_counts[a : a + clipped.rows]
+        width = out.shape[1]
+        rows = np.flatnonzero(counts)
+        counts = counts[rows]
+        if counts.size and int(counts.max()) > width:
+            raise InvalidSegmentError(
+                f"a {window.field} row holds {int(counts.max())} values, wider than width {width}"
+            )
+        # Flat index of value j: (start of its row) + (j - values before its row); the
+        # work is per value, not per (row x width) cell as a boolean mask would be.
+        before = np.cumsum(counts) - counts
+        flat = np.repeat(rows * width - before, counts) + np.arange(values.size)
+        out.reshape(-1)[flat] = values
+
     def assemble(self, buffers: Sequence[memoryview]) -> list[np.ndarray | None]:
         """Pass 2 results: one array per window (None for a field with no segments)."""
         if not hasattr(self, "_outputs"):
             self._allocate()
             self._destinations = []
+            self._packed_values = {}
+        for w_index, values in self._packed_values.items():
+            self._scatter_packed(w_index, values)
         for position, ((w_index, index, seg, clipped), buf) in enumerate(
             zip(self._value_owners, buffers, strict=True)
         ):
+            if w_index in self._packed_values:
+                continue
             out = self._outputs[w_index]
             assert out is not None
             window = self.windows[w_index]
@@ -208,10 +308,11 @@ class WindowPlan:
             spec = self.specs[window.field]
             if spec.ragged:
                 state = self._ragged[window.field]
-                offsets = state.offsets[index]
-                assert offsets is not None
+                assert state.counts is not None
+                counts = state.counts[index]
+                assert counts is not None
                 a = clipped.pos - seg.pos
-                counts = np.diff(offsets[a : a + clipped.rows + 1]) // state.value_dtype.itemsize
+                counts = counts[a : a + clipped.rows]
                 _scatter_ragged(out, row, counts, buf, state.value_dtype, spec, seg)
             else:
                 if self._destinations[position] is None:
@@ -223,6 +324,43 @@ class WindowPlan:
             if out is not None and mask is not None and not mask.all():
                 out[~mask] = self.specs[window.field].fill
         return self._outputs
+
+
+def spec_itemsize(spec: FieldSpec) -> int:
+    """Bytes of one value of a ragged field."""
+    return dtype_from_name(spec.value_dtype).itemsize
+
+
+def _take_field_offsets(state: _RaggedField, owners: Sequence[tuple[int, memoryview]]) -> int:
+    """Check and keep the offsets of one ragged field's segments; its widest row (min 1)."""
+    assert state.counts is not None
+    itemsize = state.value_dtype.itemsize
+    arrays = [np.frombuffer(buf, dtype=_OFFSET) for _, buf in owners]
+    flat = np.concatenate(arrays).astype(np.int64)
+    sizes = np.fromiter((a.size for a in arrays), np.int64, len(arrays))
+    starts = np.zeros(len(arrays), np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    steps = np.empty(flat.size, np.int64)
+    steps[:-1] = flat[1:] - flat[:-1]
+    steps[starts + sizes - 1] = 0  # no step across two segments (or past the end)
+    segs = [state.segments[index] for index, _ in owners]
+    firsts = np.fromiter(
+        (seg.offset + _OFFSET.itemsize * (seg.rows + 1) for seg in segs), np.int64, len(segs)
+    )
+    if (
+        np.any(flat[starts] < firsts)
+        or int(steps.min()) < 0
+        or np.any(steps % itemsize)
+        or int(steps.max()) // itemsize > state.spec.max_width
+    ):
+        for seg, offsets in zip(segs, arrays, strict=True):  # raises for the culprit
+            _check_offsets(seg, offsets.astype(np.int64), itemsize, state.spec)
+        raise AssertionError("offset checks disagree")  # pragma: no cover
+    counts = steps // itemsize
+    for (index, _), start, size in zip(owners, starts.tolist(), sizes.tolist(), strict=True):
+        state.offsets[index] = flat[start : start + size]
+        state.counts[index] = counts[start : start + size - 1]
+    return max(int(counts.max()), 1)
 
 
 def _rows_alone(clipped: Sequence[Segment]) -> list[bool]:

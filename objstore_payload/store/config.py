@@ -120,9 +120,18 @@ class ReadOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """Local files: 0 reads in the calling thread with a tight pread loop (fastest from
     page cache); N > 0 spreads files over N threads, for network filesystems where each
     read waits. Env: ``OBJSTORE_PAYLOAD_READ_LOCAL_THREADS``."""
+    local_open_files: int = 64
+    """Local files: descriptors kept open (least recently used closed first), so the two
+    passes of a window read open each blob once; 0 closes each after its read. Env:
+    ``OBJSTORE_PAYLOAD_READ_LOCAL_OPEN_FILES``."""
 
     def __post_init__(self) -> None:
-        if self.max_concurrency < 1 or self.max_block < 1 or self.local_threads < 0:
+        if (
+            self.max_concurrency < 1
+            or self.max_block < 1
+            or self.local_threads < 0
+            or self.local_open_files < 0
+        ):
             raise StoreConfigError("read options must be positive")
         if self.coalesce_gap is not None and self.coalesce_gap < 0:
             raise StoreConfigError("read coalesce_gap must be non-negative")

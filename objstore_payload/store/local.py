@@ -6,6 +6,13 @@ local ``cat_ranges`` ~20k/s (it reopens the file per range). So reads run in the
 thread unless ``threads`` asks for a pool, which pays off only where each read waits on
 a network filesystem (NFS).
 
+Opened descriptors stay open in a small LRU (``open_files``, 64 by default): a window
+read touches each blob twice (a ragged field's offset words, then the values), and an
+open with its checks (directory, O_NOFOLLOW, fstat, /proc/self/fd) costs about as much
+as reading 100 KiB from page cache. Blobs are immutable and never renamed over, so a
+cached descriptor reads the same bytes as a fresh one; `delete` drops the descriptors of
+what it deletes, so this process never reads a blob it deleted.
+
 Writes are atomic and durable before they return: a temporary file in the target
 directory, fsync, rename over the final name, fsync of the directory (and of every
 directory this write created), so a reader on another node never sees half a blob.
@@ -50,9 +57,15 @@ class LocalEngine(Engine):
     name: ClassVar[str] = "local"
     default_coalesce_gap: ClassVar[int] = 4 << 10
 
-    def __init__(self, root_dir: str, *, threads: int = 0) -> None:
+    def __init__(self, root_dir: str, *, threads: int = 0, open_files: int = 64) -> None:
+        if open_files < 0:
+            raise ValueError(f"open_files must be >= 0, got {open_files}")
         self._root_dir = root_dir
         self._threads = threads
+        self._open_files = open_files
+        self._fds: dict[str, int] = {}  # path -> descriptor, least recently used first
+        self._fd_users: dict[int, int] = {}  # descriptor -> reads using it now
+        self._fd_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._real_root: str | None = None
@@ -120,6 +133,47 @@ class LocalEngine(Engine):
             raise
         return fd
 
+    def _acquire(self, path: str) -> int:
+        """A checked descriptor of ``path``, from the cache or freshly opened."""
+        with self._fd_lock:
+            fd = self._fds.pop(path, None)
+            if fd is not None:
+                self._fds[path] = fd  # most recently used
+                self._fd_users[fd] = self._fd_users.get(fd, 0) + 1
+                return fd
+        fd = self._open_checked(path)
+        with self._fd_lock:
+            if self._open_files and path not in self._fds:
+                self._fds[path] = fd
+            self._fd_users[fd] = self._fd_users.get(fd, 0) + 1
+            self._evict_locked()
+        return fd
+
+    def _release(self, path: str, fd: int) -> None:
+        with self._fd_lock:
+            users = self._fd_users[fd] - 1
+            if users:
+                self._fd_users[fd] = users
+                return
+            del self._fd_users[fd]
+            if self._fds.get(path) != fd:  # not cached (or evicted meanwhile)
+                os.close(fd)
+
+    def _evict_locked(self) -> None:
+        while len(self._fds) > self._open_files:
+            path = next(iter(self._fds))
+            fd = self._fds.pop(path)
+            if fd not in self._fd_users:
+                os.close(fd)
+
+    def drop_open_files(self, paths: Sequence[str] | None = None) -> None:
+        """Close cached descriptors (of ``paths``, or all); ones in use close after use."""
+        with self._fd_lock:
+            for path in list(self._fds) if paths is None else paths:
+                fd = self._fds.pop(path, None)
+                if fd is not None and fd not in self._fd_users:
+                    os.close(fd)
+
     def _read_file(
         self,
         path: str,
@@ -128,7 +182,7 @@ class LocalEngine(Engine):
         out: list[ReadOutcome | int],
     ) -> None:
         try:
-            fd = self._open_checked(path)
+            fd = self._acquire(path)
         except (OSError, UriNotAllowedError) as exc:
             for index, _ in items:
                 out[index] = exc
@@ -144,7 +198,7 @@ class LocalEngine(Engine):
                 except OSError as exc:
                     out[index] = exc
         finally:
-            os.close(fd)
+            self._release(path, fd)
 
     def read_blocks_into(
         self, blocks: Sequence[Block], targets: Sequence[Sequence[memoryview] | None]
@@ -214,6 +268,7 @@ class LocalEngine(Engine):
     def delete(self, paths: Sequence[str]) -> DeleteOutcome:
         # docstring inherited
         outcome = DeleteOutcome(requests=len(paths))
+        self.drop_open_files(paths)
         for path in paths:
             try:
                 os.unlink(path)
@@ -240,6 +295,7 @@ class LocalEngine(Engine):
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
                 self._pool = None
+        self.drop_open_files()
 
 
 _IOV_MAX = max(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1)

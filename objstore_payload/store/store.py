@@ -95,7 +95,11 @@ def _build_engine(config: StoreConfig, root: StoreRoot) -> Engine:
             raise StoreConfigError(f"file:// roots use the local engine, not {choice!r}")
         from objstore_payload.store.local import LocalEngine
 
-        return LocalEngine(root.fs_root, threads=config.read.local_threads)
+        return LocalEngine(
+            root.fs_root,
+            threads=config.read.local_threads,
+            open_files=config.read.local_open_files,
+        )
     if choice == "local":
         raise StoreConfigError(f"engine 'local' serves file:// roots only, not {root.url}")
     if root.is_s3:
@@ -122,6 +126,9 @@ def _build_engine(config: StoreConfig, root: StoreRoot) -> Engine:
     return FsspecEngine(fs, max_concurrency=config.read.max_concurrency)
 
 
+_CHECKED_URIS = 1 << 16
+
+
 class Store:
     """A storage root with its engine. Thread-safe; close it (or use ``with``) when done."""
 
@@ -141,6 +148,7 @@ class Store:
         self._engine_pid = os.getpid()
         self._lock = threading.Lock()
         self._stats_lock = threading.Lock()
+        self._checked: dict[str, str] = {}
 
     # -- engine ---------------------------------------------------------------------
     def _engine_is_current(self) -> bool:
@@ -192,7 +200,15 @@ class Store:
     def check_uri(self, uri: str) -> str:
         """The engine-level path of ``uri``; `UriNotAllowedError` unless it is a plain key
         under this store's root."""
-        return self.root.fs_path(self.root.relative_key(uri))
+        path = self._checked.get(uri) if type(uri) is str else None
+        if path is None:
+            # A pure function of the URI: a window read checks each blob's URI several
+            # times (plan, each pass), so accepted ones are remembered (bounded).
+            path = self.root.fs_path(self.root.relative_key(uri))
+            if len(self._checked) >= _CHECKED_URIS:
+                self._checked.clear()
+            self._checked[uri] = path
+        return path
 
     def new_blob_uri(self, destination: str) -> str:
         """A fresh ``<destination>/<uuid>.bin`` URI; ``destination`` must be this root or a

@@ -123,7 +123,9 @@ def test_multi_turn_trace_inline_and_by_segments_agree(store: Store, seed: int) 
         )
         for rank in range(cp):
             want = window_for_rank(micro_batch_tensors(a), rank, cp)
-            got = micro_batch_tensors(b, cp_rank=rank, cp_size=cp, reader=reader)
+            got = micro_batch_tensors(
+                b, cp_rank=rank, cp_size=cp, reader=reader, mask_width="micro_batch"
+            )
             for name, tensor in want.as_dict().items():
                 other = got.as_dict()[name]
                 if name == "routed_expert_weights":
@@ -287,7 +289,8 @@ def test_packing_never_materializes_segment_payloads(store: Store) -> None:
     assert peak < payload_bytes / 20, (peak, payload_bytes)
 
 
-def test_a_rank_reads_only_its_window_plus_mask_offsets(store: Store) -> None:
+@pytest.mark.parametrize("mask_width", ["window", "micro_batch"])
+def test_a_rank_reads_only_its_window_plus_mask_offsets(store: Store, mask_width: str) -> None:
     samples, _ = big_segment_samples(store, count=2, tokens=4096)
     ((mb,),) = prepare_batch(samples, seq_len=8192, dp_size=1, pad_to_multiple_of=4)
     reader = PayloadReader(store)
@@ -297,10 +300,22 @@ def test_a_rank_reads_only_its_window_plus_mask_offsets(store: Store) -> None:
     for rank in range(4):
         lo, hi = cp_bounds(mb.num_tokens, rank, 4)
         store.stats.reset()
-        tensors = micro_batch_tensors(mb, cp_rank=rank, cp_size=4, reader=reader)
+        tensors = micro_batch_tensors(
+            mb,
+            cp_rank=rank,
+            cp_size=4,
+            reader=reader,
+            mask_width="window" if mask_width == "window" else "micro_batch",
+        )
         assert tensors.sampling_mask is not None
         routing_bytes = sum(c.nbytes for s in routing_segments if (c := s.clip(lo, hi)) is not None)
-        offset_bytes = sum(4 * (s.rows + 1) for s in mask_segments)
+        # The window's width needs the offsets of the mask segments it touches; the micro
+        # batch's width needs every mask segment's offsets.
+        offset_bytes = sum(
+            4 * (s.rows + 1)
+            for s in mask_segments
+            if mask_width == "micro_batch" or s.clip(lo + 1, hi + 1) is not None
+        )
         value_bytes = 4 * int((tensors.sampling_mask >= 0).sum())
         assert store.stats.bytes_requested == routing_bytes + offset_bytes + value_bytes
         assert routing_bytes <= whole // 4 + 384

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from objstore_payload import (
+    PayloadNotFoundError,
     PayloadReader,
     PayloadWriter,
     Store,
@@ -92,3 +93,37 @@ def test_threaded_local_reads_match_the_loop(tmp_path: Path) -> None:
         assert a is not None
         assert b is not None
         np.testing.assert_array_equal(a, b)
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+@pytest.mark.parametrize("open_files", [0, 3, 64])
+def test_cached_descriptors_are_bounded_and_dropped_on_delete(
+    tmp_path: Path, open_files: int
+) -> None:
+    root = (tmp_path / "p").as_uri()
+    config = StoreConfig(root=root, read=ReadOptions(local_open_files=open_files))
+    before = _open_descriptors()
+    with Store(config) as store:
+        writer = PayloadWriter(store)
+        segments = [s for _ in range(8) for s in writer.write(root, worked_example())]
+        reader = PayloadReader(store)
+        masks = [s for s in segments if s.field == "sampling_mask"]
+        for seg in masks:  # eight blobs, read twice each
+            for _ in range(2):
+                got = reader.read_field([seg], "sampling_mask", seg.pos, seg.end)
+                assert got is not None
+        assert _open_descriptors() - before <= min(open_files, 8)
+        # A blob this process deleted is gone for its reads too, cached descriptor or not.
+        store.delete([masks[-1].uri])
+        with pytest.raises(PayloadNotFoundError):
+            reader.read_field([masks[-1]], "sampling_mask", masks[-1].pos, masks[-1].end)
+    assert _open_descriptors() == before  # close() closes the cached descriptors
+
+
+def test_negative_open_files_is_a_config_error() -> None:
+    with pytest.raises(StoreConfigError):
+        ReadOptions(local_open_files=-1)
