@@ -52,7 +52,7 @@ class PrefetchLoader:
         cp_size: int = 1,
         depth: int = 2,
         max_bytes: int = 1 << 30,
-        mask_width: MaskWidth = "window",
+        mask_width: MaskWidth = "micro_batch",
     ) -> None:
         if depth < 1 or max_bytes < 1:
             raise ValueError("depth and max_bytes must be positive")
@@ -170,7 +170,7 @@ class MicroBatchDataset(torch.utils.data.Dataset[PayloadTensors]):
         *,
         cp_rank: int = 0,
         cp_size: int = 1,
-        mask_width: MaskWidth = "window",
+        mask_width: MaskWidth = "micro_batch",
     ) -> None:
         self._messages = [encode_message(mb) for mb in micro_batches]
         self._config = store_config

@@ -7,17 +7,16 @@ t + 1; the last rank's final position reads -1), mask logprobs over the whole se
 Those tensors come back with ``cp_windowed=True``. An inline micro batch, and a multimodal
 one (the model may defer context parallelism), gives whole, unshifted tensors with
 ``cp_windowed=False``; `window_for_rank` then applies the usual shift-left and contiguous
-CP split, and the two paths agree bit for bit, up to the width of ragged tensors: by
-default a rank's mask is as wide as the widest row in its window (columns the inline
-tensor has beyond that are all fill), or, with ``mask_width="micro_batch"``, exactly as
-wide as the inline one (see `MaskWidth`).
+CP split, and the two paths agree bit for bit. With ``mask_width="window"`` a rank's mask
+is only as wide as the widest row in its window, the inline tensor's extra columns being
+all fill (see `MaskWidth`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Final, Literal
+from typing import Final
 
 import numpy as np
 import torch
@@ -26,6 +25,7 @@ from objstore_payload.adapters.rollout import FIXED_FIELDS, RAGGED_FIELDS, Micro
 from objstore_payload.codec import decode_array
 from objstore_payload.fields import FIELDS, get_field
 from objstore_payload.reader import FieldWindow, PayloadReader
+from objstore_payload.windows import MaskWidth, cp_bounds, rank_windows
 
 __all__ = [
     "MaskWidth",
@@ -58,16 +58,6 @@ class PayloadTensors:
     def as_dict(self) -> dict[str, torch.Tensor | None]:
         """The tensors by field name."""
         return {name: getattr(self, name) for name in FIELDS}
-
-
-def cp_bounds(num_tokens: int, cp_rank: int, cp_size: int) -> tuple[int, int]:
-    """``[lo, hi)`` of rank ``cp_rank``'s contiguous share of ``num_tokens`` positions."""
-    if not 0 <= cp_rank < cp_size:
-        raise ValueError(f"cp_rank {cp_rank} is not in [0, {cp_size})")
-    if num_tokens % cp_size:
-        raise ValueError(f"{num_tokens} tokens do not split over CP degree {cp_size}; pad first")
-    chunk = num_tokens // cp_size
-    return cp_rank * chunk, (cp_rank + 1) * chunk
 
 
 def shard_for_cp(tensor: torch.Tensor, cp_rank: int, cp_size: int) -> torch.Tensor:
@@ -135,37 +125,18 @@ def _inline_tensors(micro_batch: MicroBatch) -> PayloadTensors:
     )
 
 
-MaskWidth = Literal["window", "micro_batch"]
-"""How wide a by-segment ragged tensor (sampling mask, its logprobs) is: ``window``, the
-widest row inside the rank's window (each rank reads only its window's offsets);
-``micro_batch``, the widest row of the whole micro batch, bit for bit what the inline path
-gives (every rank then reads the offset words of every mask segment of the micro batch)."""
-
-
 def plan_window(
-    micro_batch: MicroBatch, cp_rank: int, cp_size: int, mask_width: MaskWidth = "window"
+    micro_batch: MicroBatch, cp_rank: int, cp_size: int, mask_width: MaskWidth = "micro_batch"
 ) -> list[FieldWindow]:
     """The field windows a rank reads from a by-segment micro batch."""
-    n = micro_batch.num_tokens
-    present = {s.field for s in micro_batch.segments}
-    whole = micro_batch.multimodal
-    if mask_width not in ("window", "micro_batch"):
-        raise ValueError(f"mask_width must be 'window' or 'micro_batch', got {mask_width!r}")
-    width_of: Final = "window" if mask_width == "window" else "segments"
-    lo, hi = (0, n) if whole else cp_bounds(n, cp_rank, cp_size)
-    windows = []
-    for name in FIELDS:
-        if name not in present:
-            continue
-        window = get_field(name).window
-        if whole or window == "sequence":
-            start, end = 0, n
-        elif window == "labels":
-            start, end = lo + 1, hi + 1
-        else:
-            start, end = lo, hi
-        windows.append(FieldWindow(name, start, end, width_of=width_of))
-    return windows
+    return rank_windows(
+        micro_batch.num_tokens,
+        {s.field for s in micro_batch.segments},
+        cp_rank,
+        cp_size,
+        whole=micro_batch.multimodal,
+        mask_width=mask_width,
+    )
 
 
 def micro_batch_tensors(
@@ -174,7 +145,7 @@ def micro_batch_tensors(
     cp_rank: int = 0,
     cp_size: int = 1,
     reader: PayloadReader | None = None,
-    mask_width: MaskWidth = "window",
+    mask_width: MaskWidth = "micro_batch",
 ) -> PayloadTensors:
     """The payload tensors of ``micro_batch`` for CP rank ``cp_rank`` of ``cp_size``.
 
@@ -203,7 +174,7 @@ async def amicro_batch_tensors(
     cp_rank: int = 0,
     cp_size: int = 1,
     reader: PayloadReader | None = None,
-    mask_width: MaskWidth = "window",
+    mask_width: MaskWidth = "micro_batch",
 ) -> PayloadTensors:
     """Async `micro_batch_tensors`."""
     if not micro_batch.segments:

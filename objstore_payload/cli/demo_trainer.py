@@ -15,7 +15,6 @@ from objstore_payload.adapters.rollout import MicroBatch, prepare_batch
 from objstore_payload.adapters.torch_tensors import micro_batch_tensors, window_for_rank
 from objstore_payload.adapters.traces import Turn, trace_to_samples
 from objstore_payload.cli.demo import SyntheticRequest
-from objstore_payload.fields import get_field
 from objstore_payload.reader import PayloadReader
 from objstore_payload.segment import Segment
 from objstore_payload.store.store import Store
@@ -100,9 +99,9 @@ def run_trainer_path(
                     want = window_for_rank(micro_batch_tensors(want_mb), cp_rank, cp_size)
                     result.rank_windows += 1
                     if all(
-                        _matches(name, w, g)
-                        for (name, w), g in zip(
-                            want.as_dict().items(), got.as_dict().values(), strict=True
+                        _matches(w, g)
+                        for w, g in zip(
+                            want.as_dict().values(), got.as_dict().values(), strict=True
                         )
                     ):
                         result.rank_windows_equal += 1
@@ -113,15 +112,10 @@ def run_trainer_path(
     return result
 
 
-def _matches(name: str, want: torch.Tensor | None, got: torch.Tensor | None) -> bool:
-    """Bitwise equal; a ragged tensor read with the window's width (the default) may be
-    narrower than the inline one, whose extra columns must then be all fill."""
+def _matches(want: torch.Tensor | None, got: torch.Tensor | None) -> bool:
+    """Same dtype, shape and bytes (or both absent)."""
     if want is None or got is None:
         return want is None and got is None
-    if get_field(name).ragged and got.ndim == 2 and got.shape[1] < want.shape[1]:
-        if not bool((want[:, got.shape[1] :] == get_field(name).fill).all()):
-            return False
-        want = want[:, : got.shape[1]].contiguous()
     return (
         want.dtype == got.dtype
         and want.shape == got.shape
@@ -140,7 +134,6 @@ def format_trainer(result: TrainerResult) -> str:
             f"{result.payload_bytes_per_micro_batch / 1e6:.2f} MB of routing per micro batch "
             f"({share:.0%}, mask offsets and values included)",
             f"  parity with the inline path: {'OK' if result.parity_ok else 'MISMATCH'} "
-            f"({result.rank_windows_equal}/{result.rank_windows} rank windows bitwise equal; "
-            "masks up to their window's width)",
+            f"({result.rank_windows_equal}/{result.rank_windows} rank windows bitwise equal)",
         ]
     )

@@ -7,6 +7,7 @@ lazily so that ``import objstore_payload`` stays light.
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -168,57 +169,67 @@ def _lifecycle(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    if args.scenario == "gc":
-        return _bench_gc(args)
-    return _bench_read(args)
-
-
-def _bench_gc(args: argparse.Namespace) -> int:
+    import time
     from pathlib import Path
 
-    from objstore_payload.cli.bench_gc import format_gc, run_gc, write_json
-    from objstore_payload.store.config import StoreConfig
-    from objstore_payload.store.store import Store
+    from objstore_payload.bench import (
+        SCENARIOS,
+        BenchContext,
+        format_report,
+        run_scenario,
+        write_results,
+    )
 
-    embedded = None
-    root, s3 = args.store, _s3_options(args)
-    if root is None:  # S3 semantics (DeleteObjects batches) on the embedded server
-        from objstore_payload.testing.embedded_s3 import EmbeddedS3
+    ctx = BenchContext(
+        scale=args.scale,
+        store=args.store,
+        engine=args.engine,
+        s3=_s3_options(args),
+        repeats=args.repeats,
+        with_s3=not args.no_s3,
+        rgw_script=pathlib.Path(args.rgw_script) if args.rgw_script else _default_rgw_script(),
+        quiet=args.quiet,
+    )
+    names = args.scenarios or list(SCENARIOS)
+    unknown = sorted(set(names) - set(SCENARIOS))
+    if unknown:
+        print(
+            f"error: unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}",
+            file=sys.stderr,
+        )
+        return 2
+    reports = []
+    started = time.perf_counter()
+    for name in names:
+        report = run_scenario(name, ctx)
+        reports.append(report)
+        print(format_report(report), flush=True)
+        print(flush=True)
+    for path in write_results(reports, Path(args.out)):
+        print(f"wrote {path}")
+    print(f"bench: {', '.join(names)} in {time.perf_counter() - started:.0f} s")
+    return 0
 
-        embedded = EmbeddedS3(bucket="payloads").start()
-        root, s3 = "s3://payloads/bench-gc", embedded.s3_options()
+
+def _plan(args: argparse.Namespace) -> int:
+    import json
+
+    from objstore_payload.bench import format_report
+    from objstore_payload.bench.plan import format_plan, inputs_from_args, plan
+
     try:
-        config = StoreConfig.from_env(root=root, engine=args.engine, s3=s3)
-        with Store(config) as store:
-            result = run_gc(store, scale=args.scale)
-    finally:
-        if embedded is not None:
-            embedded.stop()
-    print(format_gc(result))
-    print(f"results: {write_json(result, Path(args.out))}")
+        inputs = inputs_from_args(vars(args))
+    except (TypeError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    report = format_plan(plan(inputs))
+    print(json.dumps(report.data, indent=2, default=str) if args.json else format_report(report))
     return 0
 
 
-def _bench_read(args: argparse.Namespace) -> int:
-    import tempfile
-    from pathlib import Path
-
-    from objstore_payload.cli.bench_read import format_read, run_read, write_json
-    from objstore_payload.store.config import StoreConfig
-    from objstore_payload.store.store import Store
-
-    with tempfile.TemporaryDirectory(prefix="objstore-payload-bench-") as scratch:
-        root = args.store or Path(scratch, "store").as_uri()
-        config = StoreConfig.from_env(root=root, engine=args.engine, s3=_s3_options(args))
-        with Store(config, record_requests=True) as store:
-            result = run_read(store, scale=args.scale, cp_size=args.cp, repeats=args.repeats)
-            if args.store:
-                leftovers = store.list(store.version_prefix(0))
-                if leftovers:
-                    store.delete(leftovers)
-    print(format_read(result))
-    print(f"results: {write_json(result, Path(args.out))}")
-    return 0
+def _default_rgw_script() -> pathlib.Path | None:
+    script = pathlib.Path("scripts/ceph-rgw.sh")
+    return script if script.is_file() else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,23 +273,71 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench",
-        help="measure the data plane (scenarios: read, gc)",
-        description="read: one rank's window reads of a realistic micro batch, against a raw "
-        "os.pread loop over the same byte ranges (file stores), and GETs per distinct blob. "
-        "gc: collecting one step's 15,000 blobs: delete requests and how long the caller "
-        "is blocked.",
+        help="measure the data plane (scenarios: batch, read, latency, response, gc, plan)",
+        description="Run benchmark scenarios (all of them without arguments): a table on "
+        "stdout, <scenario>.json, results.json and bench.png under --out. batch: the "
+        "seed's inline vs by-handle table; read: window reads vs raw pread and on S3 "
+        "servers; latency: a 20 ms-per-request store vs the ideal, and the prefetching "
+        "loader; response: the vLLM plugin's response bytes and write latency; gc: one "
+        "step's 15,000 deletes; plan: the capacity model for the batch's shape.",
     )
-    bench.add_argument("scenario", choices=["read", "gc"], help="what to measure")
     bench.add_argument(
-        "--store",
-        help="root URL (default: read: a temporary file:// store; gc: an embedded S3 server)",
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help="batch, read, latency, response, gc, plan (default: all, in that order)",
     )
-    bench.add_argument("--scale", type=float, default=1.0, help="1.0: a 32k-token micro batch")
-    bench.add_argument("--cp", type=int, default=4, help="context-parallel degree (default 4)")
+    bench.add_argument("--store", help="root URL to run on instead of each scenario's default")
+    bench.add_argument(
+        "--scale", type=float, default=1.0, help="1.0: full size; smaller for quick runs"
+    )
     bench.add_argument("--repeats", type=int, default=5, help="timed repeats (default 5)")
-    bench.add_argument("--out", default="bench-results", help="folder for the JSON results")
+    bench.add_argument("--out", default="bench-results", help="folder for JSON and the PNG")
+    bench.add_argument(
+        "--no-s3", action="store_true", help="read: skip the embedded S3 and Ceph RGW runs"
+    )
+    bench.add_argument(
+        "--rgw-script",
+        help="read: scripts/ceph-rgw.sh of a checkout (default: ./scripts/ceph-rgw.sh if "
+        "present), used when Ceph RGW is installed",
+    )
+    bench.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     _s3_args(bench)
     bench.set_defaults(func=_bench)
+
+    plan = sub.add_parser(
+        "plan",
+        help="capacity model: requests, bytes, rates and cost per step for a run's shape",
+        description="Per step: PUTs, GETs after coalescing (by the reader's own planner), "
+        "bytes written and read, peak bytes stored, request rates per key prefix against "
+        "S3's per-prefix limits, and cost at S3 Standard list prices. Defaults: the seed's "
+        "batch (64 x 32k tokens, 30 turns, 48 x 8 routing, masks of up to 64 ids on 20%% of "
+        "tokens, DP 8 x CP 4).",
+    )
+    for flag, kind, text in (
+        ("--samples", int, "samples per step (batch size)"),
+        ("--tokens-per-sample", int, "tokens per sample"),
+        ("--turns", int, "requests (blobs) per sample"),
+        ("--completion-share", float, "share of tokens that are completions (masked)"),
+        ("--mask-ids", float, "poisson masks: mean ids per completion token"),
+        ("--mask-max-ids", int, "uniform masks: most ids per completion token"),
+        ("--layers", int, "MoE layers"),
+        ("--top-k", int, "experts per token"),
+        ("--experts", int, "experts per layer (<= 256: uint8 ids)"),
+        ("--dp", int, "data-parallel degree"),
+        ("--cp", int, "context-parallel degree"),
+        ("--seq-len", int, "micro batch length (default: tokens per sample)"),
+        ("--servers", int, "inference servers"),
+        ("--steps-per-hour", float, "training steps per hour"),
+        ("--max-off-policy-steps", int, "rollouts generated this many steps ahead"),
+        ("--read-window-s", float, "seconds in which a step's reads happen"),
+        ("--coalesce-gap", int, "range-merge gap in bytes (S3 engines: 262144)"),
+    ):
+        plan.add_argument(flag, type=kind, help=text)
+    plan.add_argument("--mask", choices=["poisson", "uniform"], help="mask length distribution")
+    plan.add_argument("--mask-width", choices=["micro_batch", "window"], help="mask width rule")
+    plan.add_argument("--json", action="store_true", help="print the figures as JSON")
+    plan.set_defaults(func=_plan)
 
     lifecycle = sub.add_parser(
         "lifecycle",

@@ -151,10 +151,10 @@ def test_by_segment_tensors_equal_inline(store_kind: tuple[str, Store]) -> None:
                     assert a.num_tokens % cp == 0
                     for cp_rank in range(cp):
                         want = window_for_rank(micro_batch_tensors(a), cp_rank, cp)
-                        exact = micro_batch_tensors(
-                            b, cp_rank=cp_rank, cp_size=cp, reader=reader, mask_width="micro_batch"
+                        exact = micro_batch_tensors(b, cp_rank=cp_rank, cp_size=cp, reader=reader)
+                        trimmed = micro_batch_tensors(
+                            b, cp_rank=cp_rank, cp_size=cp, reader=reader, mask_width="window"
                         )
-                        trimmed = micro_batch_tensors(b, cp_rank=cp_rank, cp_size=cp, reader=reader)
                         assert exact.cp_windowed
                         assert trimmed.cp_windowed
                         where = f"{kind} cp={cp} dp={dp_rank} mb={i} rank={cp_rank}"
