@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -143,18 +144,24 @@ def plot_pairs(reports: list[Report], path: Path) -> Path | None:
         ax.barh([i + 0.2 for i in y], inline, height=0.4, label="inline", color="#c44e52")
         ax.barh([i - 0.2 for i in y], handle, height=0.4, label="by handle", color="#4c72b0")
         for i, (a, b) in enumerate(zip(inline, handle, strict=True)):
-            ax.text(a, i + 0.2, f" {a:,.3g}", va="center", fontsize=8)
-            ax.text(b, i - 0.2, f" {b:,.3g}  ({a / b:,.3g}x)", va="center", fontsize=8)
+            ax.text(a, i + 0.2, f" {_short(a)}", va="center", fontsize=8)
+            ax.text(b, i - 0.2, f" {_short(b)}  ({_short(a / b)}x)", va="center", fontsize=8)
         ax.set_yticks(list(y), labels)
         ax.invert_yaxis()
         ax.set_xscale("log")
-        ax.set_title(f"{report.scenario}: {report.title}", fontsize=10, loc="left")
+        title = textwrap.shorten(f"{report.scenario}: {report.title}", 95, placeholder=" ...")
+        ax.set_title(title, fontsize=10, loc="left")
         ax.legend(loc="lower right", fontsize=8)
         ax.margins(x=0.25)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _short(value: float) -> str:
+    """A bar label: 3 significant digits without scientific notation."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 class Progress:

@@ -34,6 +34,7 @@ from typing import ClassVar
 
 from objstore_payload.errors import UriNotAllowedError
 from objstore_payload.store.coalesce import Block
+from objstore_payload.store.descriptors import DescriptorCache
 from objstore_payload.store.engine import DeleteOutcome, Engine, ReadOutcome
 
 __all__ = ["TEMP_PREFIX", "LocalEngine"]
@@ -62,10 +63,7 @@ class LocalEngine(Engine):
             raise ValueError(f"open_files must be >= 0, got {open_files}")
         self._root_dir = root_dir
         self._threads = threads
-        self._open_files = open_files
-        self._fds: dict[str, int] = {}  # path -> descriptor, least recently used first
-        self._fd_users: dict[int, int] = {}  # descriptor -> reads using it now
-        self._fd_lock = threading.Lock()
+        self._files = DescriptorCache(open_files, self._open_checked)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._real_root: str | None = None
@@ -112,7 +110,8 @@ class LocalEngine(Engine):
 
     def _open_checked(self, path: str) -> int:
         # The last component is opened with O_NOFOLLOW, so a checked directory is enough
-        # before the open; the descriptor is checked after it.
+        # before the open; the descriptor is checked after it (a directory swapped for a
+        # symlink, or moved out of the root, after its check is caught there).
         if not self._dir_inside_root(os.path.dirname(path)):
             raise UriNotAllowedError(f"{path} resolves outside the storage root")
         try:
@@ -133,46 +132,9 @@ class LocalEngine(Engine):
             raise
         return fd
 
-    def _acquire(self, path: str) -> int:
-        """A checked descriptor of ``path``, from the cache or freshly opened."""
-        with self._fd_lock:
-            fd = self._fds.pop(path, None)
-            if fd is not None:
-                self._fds[path] = fd  # most recently used
-                self._fd_users[fd] = self._fd_users.get(fd, 0) + 1
-                return fd
-        fd = self._open_checked(path)
-        with self._fd_lock:
-            if self._open_files and path not in self._fds:
-                self._fds[path] = fd
-            self._fd_users[fd] = self._fd_users.get(fd, 0) + 1
-            self._evict_locked()
-        return fd
-
-    def _release(self, path: str, fd: int) -> None:
-        with self._fd_lock:
-            users = self._fd_users[fd] - 1
-            if users:
-                self._fd_users[fd] = users
-                return
-            del self._fd_users[fd]
-            if self._fds.get(path) != fd:  # not cached (or evicted meanwhile)
-                os.close(fd)
-
-    def _evict_locked(self) -> None:
-        while len(self._fds) > self._open_files:
-            path = next(iter(self._fds))
-            fd = self._fds.pop(path)
-            if fd not in self._fd_users:
-                os.close(fd)
-
     def drop_open_files(self, paths: Sequence[str] | None = None) -> None:
         """Close cached descriptors (of ``paths``, or all); ones in use close after use."""
-        with self._fd_lock:
-            for path in list(self._fds) if paths is None else paths:
-                fd = self._fds.pop(path, None)
-                if fd is not None and fd not in self._fd_users:
-                    os.close(fd)
+        self._files.drop(paths)
 
     def _read_file(
         self,
@@ -182,7 +144,7 @@ class LocalEngine(Engine):
         out: list[ReadOutcome | int],
     ) -> None:
         try:
-            fd = self._acquire(path)
+            fd = self._files.acquire(path)
         except (OSError, UriNotAllowedError) as exc:
             for index, _ in items:
                 out[index] = exc
@@ -198,7 +160,7 @@ class LocalEngine(Engine):
                 except OSError as exc:
                     out[index] = exc
         finally:
-            self._release(path, fd)
+            self._files.release(path, fd)
 
     def read_blocks_into(
         self, blocks: Sequence[Block], targets: Sequence[Sequence[memoryview] | None]
@@ -295,7 +257,7 @@ class LocalEngine(Engine):
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
                 self._pool = None
-        self.drop_open_files()
+        self._files.drop()
 
 
 _IOV_MAX = max(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1)

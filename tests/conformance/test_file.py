@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from objstore_payload import (
     UriNotAllowedError,
 )
 from objstore_payload.store import ReadOptions
+from objstore_payload.store.local import LocalEngine
 from tests.conformance.base import FAST_RETRY, StoreConformance, worked_example
 
 
@@ -127,3 +129,40 @@ def test_cached_descriptors_are_bounded_and_dropped_on_delete(
 def test_negative_open_files_is_a_config_error() -> None:
     with pytest.raises(StoreConfigError):
         ReadOptions(local_open_files=-1)
+
+
+def test_a_directory_made_again_is_looked_up_again(tmp_path: Path) -> None:
+    # A fresh run wipes the root and writes v0/ again; a reader that kept v0/'s old
+    # descriptor must still find the new blobs.
+    root = tmp_path / "p"
+    with Store(StoreConfig(root=root.as_uri())) as store:
+        writer, reader = PayloadWriter(store), PayloadReader(store)
+        (first, *_) = writer.write(store.version_prefix(0), worked_example())
+        assert reader.read_field([first], first.field, first.pos, first.end) is not None
+        shutil.rmtree(root / "v0")
+        (second, *_) = writer.write(store.version_prefix(0), worked_example())
+        got = reader.read_field([second], second.field, second.pos, second.end)
+        assert got is not None
+        # The removed blob is gone once its cached descriptor is (blobs are immutable,
+        # so a descriptor still cached would read its very bytes, never other ones).
+        engine = store.engine
+        assert isinstance(engine, LocalEngine)
+        engine.drop_open_files()
+        with pytest.raises(PayloadNotFoundError):
+            reader.read_field([first], first.field, first.pos, first.end)
+
+
+def test_a_directory_swapped_for_a_symlink_after_a_read_is_refused(tmp_path: Path) -> None:
+    root, outside = tmp_path / "p", tmp_path / "outside"
+    with Store(StoreConfig(root=root.as_uri())) as store:
+        writer, reader = PayloadWriter(store), PayloadReader(store)
+        (seg, *_) = writer.write(store.version_prefix(3), worked_example())
+        assert reader.read_field([seg], seg.field, seg.pos, seg.end) is not None
+        # Move the directory out of the root and leave a symlink to it in its place.
+        (root / "v3").rename(outside)
+        (root / "v3").symlink_to(outside, target_is_directory=True)
+        engine = store.engine
+        assert isinstance(engine, LocalEngine)
+        engine.drop_open_files()  # the blob's descriptor is not cached either
+        with pytest.raises(UriNotAllowedError):
+            reader.read_field([seg], seg.field, seg.pos, seg.end)
