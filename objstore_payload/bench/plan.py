@@ -336,7 +336,7 @@ def format_plan(result: PlanResult) -> Report:
         data=result.as_json(),
         notes=[
             "S3 Standard list prices, US East (N. Virginia): PUT $0.005 and GET $0.0004 per "
-            "1,000, DELETE free, $0.023 per GB-month (unchanged since 2016-12)",
+            "1,000, DELETE free, $0.023 per GB-month (as last changed in 2016-12)",
         ],
     )
     report.add("PUTs per step (one blob per request)", f"{result.puts:,}")
