@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from objstore_payload.errors import UriNotAllowedError
 from objstore_payload.lifecycle.ledger import Ledger
 from objstore_payload.lifecycle.versions import oldest_kept_version, version_of_key
+from objstore_payload.store.engine import RequestFailed
 from objstore_payload.store.store import Store
 
 __all__ = ["CollectorStats", "PayloadCollector"]
@@ -164,9 +165,11 @@ class PayloadCollector:
             setattr(self.stats, reason, getattr(self.stats, reason) + report.deleted)
             if not report.failed:
                 return
-            failed_paths = {path for path, _ in report.failed}
-            todo = [u for u in todo if self.store.check_uri(u) in failed_paths]
-            if attempt == self._attempts:
+            # Keys the server refused one by one are tried again; a request that failed
+            # as a whole was already retried by the HTTP client (one retry layer).
+            again = {path for path, error in report.failed if not isinstance(error, RequestFailed)}
+            todo = [u for u in todo if self.store.check_uri(u) in again]
+            if attempt == self._attempts or not todo:
                 for path, error in report.failed:
                     log.warning("could not delete payload %s: %s", path, error)
                     self.stats.errors.append((path, repr(error)))

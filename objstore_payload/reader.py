@@ -19,6 +19,7 @@ object per token.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -27,7 +28,7 @@ import numpy as np
 
 from objstore_payload.buffers import byte_view
 from objstore_payload.dtypes import dtype_from_name
-from objstore_payload.errors import BlobFormatError, InvalidSegmentError
+from objstore_payload.errors import BlobFormatError, ChecksumMismatchError, InvalidSegmentError
 from objstore_payload.fields import FieldSpec, get_field
 from objstore_payload.segment import MAX_POSITION, Segment
 from objstore_payload.store.store import Store
@@ -460,16 +461,39 @@ def _scatter_ragged(
 
 
 class PayloadReader:
-    """Reads token windows of payload fields from segments through one `Store`."""
+    """Reads token windows of payload fields from segments through one `Store`.
 
-    def __init__(self, store: Store) -> None:
+    ``verify=True`` first checks every region of every blob a read touches against the
+    CRC32C in its trailer (`ChecksumMismatchError` on a mismatch), then reads the window
+    as usual. It costs a HEAD and two small GETs per blob plus reading whole blobs
+    instead of windows (see docs/reliability.md for when to turn it on).
+    """
+
+    def __init__(self, store: Store, *, verify: bool = False) -> None:
         self.store = store
+        self.verify = verify
 
     def _plan(self, segments: Iterable[Segment], windows: Sequence[FieldWindow]) -> WindowPlan:
         plan = WindowPlan(segments, windows)
         for uri in plan.uris():  # every URI is checked before the first request
             self.store.check_uri(uri)
+        if self.verify:
+            self._verify(plan.uris())
         return plan
+
+    def _verify(self, uris: Iterable[str]) -> None:
+        from objstore_payload.verify import verify_blob
+
+        for uri in sorted(uris):
+            _, checks = verify_blob(self.store, uri)
+            for check in checks:
+                if not check.ok:
+                    region = check.region
+                    raise ChecksumMismatchError(
+                        f"{uri}: the {region.field} region at byte {region.offset} "
+                        f"({region.nbytes} bytes) fails its CRC32C: trailer "
+                        f"{region.crc32c:#010x}, read {check.actual_crc32c:#010x}"
+                    )
 
     def read_window(
         self, segments: Iterable[Segment], windows: Sequence[FieldWindow]
@@ -488,7 +512,10 @@ class PayloadReader:
         self, segments: Iterable[Segment], windows: Sequence[FieldWindow]
     ) -> list[np.ndarray | None]:
         """Async `read_window`."""
-        plan = self._plan(segments, windows)
+        if self.verify:  # the checks read whole blobs: off the event loop
+            plan = await asyncio.to_thread(self._plan, segments, windows)
+        else:
+            plan = self._plan(segments, windows)
         offset_ranges = plan.offset_ranges()
         if offset_ranges:
             plan.take_offsets(await self.store.aread_ranges(offset_ranges))

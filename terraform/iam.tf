@@ -3,8 +3,10 @@
 
 data "aws_iam_policy_document" "writer" {
   statement {
-    sid       = "WritePayloads"
-    actions   = ["s3:PutObject", "s3:AbortMultipartUpload"]
+    sid = "WritePayloads"
+    # s3:GetObject covers the HEAD that checks each upload's stored size
+    # (StoreConfig.verify_writes); the writer still cannot list or delete.
+    actions   = ["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"]
     resources = ["${aws_s3_bucket.payloads.arn}/${local.prefix}*"]
   }
 }

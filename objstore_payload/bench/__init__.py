@@ -3,8 +3,9 @@
 Scenarios (each a module with ``run(ctx) -> Report``): ``batch`` (the seed's inline versus
 by-handle table), ``read`` (window reads against raw pread, and on S3 servers), ``latency``
 (a 20 ms-per-request store against the ideal, and the prefetching loader), ``response``
-(the vLLM plugin's response bytes and write latency), ``gc`` (one step's deletes) and
-``plan`` (the capacity model; no measurement).
+(the vLLM plugin's response bytes and write latency), ``gc`` (one step's deletes),
+``load`` (64 writers and 8 readers at once: nothing lost, memory and descriptors bounded)
+and ``plan`` (the capacity model; no measurement).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from objstore_payload.bench.report import Report, format_report, write_results
 
 __all__ = ["SCENARIOS", "BenchContext", "Report", "format_report", "run_scenario", "write_results"]
 
-SCENARIOS = ("batch", "read", "latency", "response", "gc", "plan")
+SCENARIOS = ("batch", "read", "latency", "response", "gc", "load", "plan")
 """In the order a full run takes them."""
 
 

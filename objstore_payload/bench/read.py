@@ -30,6 +30,7 @@ from objstore_payload.bench.report import Report
 from objstore_payload.bench.shape import READ_SHAPE, RunShape
 from objstore_payload.bench.workload import by_handle_micro_batches
 from objstore_payload.reader import PayloadReader
+from objstore_payload.store.config import Engine as EngineName
 from objstore_payload.store.config import S3Options, StoreConfig
 from objstore_payload.store.local import LocalEngine
 from objstore_payload.store.store import RequestRecord, Store
@@ -109,6 +110,7 @@ def measure_read(
     ctx: BenchContext,
     mask_width: MaskWidth = "micro_batch",
     micro_batches: list[MicroBatch] | None = None,
+    verify: bool = False,
 ) -> ReadFigures:
     """Write ``shape``'s batch to ``store``, then time every CP rank's window reads."""
     from objstore_payload.adapters.torch_tensors import micro_batch_tensors, plan_window
@@ -117,7 +119,7 @@ def measure_read(
     if micro_batches is None:
         with ctx.progress(f"read [{label}]: write", shape.samples * shape.turns):
             micro_batches = [mb for rank in by_handle_micro_batches(store, shape) for mb in rank]
-    reader = PayloadReader(store)
+    reader = PayloadReader(store, verify=verify)
     engine = store.engine
     local = engine if isinstance(engine, LocalEngine) else None
     if store.requests is None:
@@ -178,6 +180,16 @@ def measure_read(
     return figures
 
 
+def _s3_engines() -> list[EngineName]:
+    """The S3 engines installed here: s3fs and boto3 always, obstore with its extra."""
+    import importlib.util
+
+    engines: list[EngineName] = ["fsspec", "boto3"]
+    if importlib.util.find_spec("obstore") is not None:
+        engines.append("obstore")
+    return engines
+
+
 def _s3_targets(ctx: BenchContext) -> list[tuple[str, Any]]:
     """The S3 servers to measure on: the embedded one, and Ceph RGW when it can run."""
     from objstore_payload.testing.ceph_rgw import CephRgw, rgw_available
@@ -219,6 +231,17 @@ def run(ctx: BenchContext) -> Report:
                     )
                     for width in widths
                 )
+                verified = measure_read(
+                    store,
+                    shape,
+                    repeats=max(1, ctx.repeats // 2),
+                    label=f"{label}, verifying",
+                    ctx=ctx,
+                    micro_batches=micro_batches,
+                    verify=True,
+                )
+                verified.raw_s.clear()  # its raw baseline is not comparable
+                all_figures.append(verified)
             finally:
                 if ctx.store:
                     leftovers = store.list(store.version_prefix(0))
@@ -232,7 +255,7 @@ def run(ctx: BenchContext) -> Report:
                 notes.append(f"{label} did not start: {exc}")
                 continue
             try:
-                for engine in ("fsspec", "boto3"):
+                for engine in _s3_engines():
                     options: S3Options = server.s3_options()
                     config = StoreConfig(
                         root=f"s3://{server.bucket}/{engine}", engine=engine, s3=options
@@ -292,6 +315,8 @@ def _report(shape: RunShape, all_figures: list[ReadFigures], notes: list[str]) -
                 ratio >= 0.5,
             )
     for figures in all_figures:
+        if figures.label.endswith("verifying"):
+            continue
         report.add(
             f"{figures.label}: GETs per distinct blob",
             f"{figures.gets_per_blob:.2f} ({figures.gets / max(figures.windows, 1):.1f} GETs "
@@ -300,6 +325,12 @@ def _report(shape: RunShape, all_figures: list[ReadFigures], notes: list[str]) -
             figures.gets_per_blob <= 2,
         )
     for figures in all_figures:
-        if figures not in local and figures is not first:
+        if figures.label.endswith("verifying"):
+            slower = figures.median_window_s / first.median_window_s
+            report.add(
+                f"{figures.label}: per window (verify=True)",
+                f"{figures.median_window_s * 1e3:.2f} ms ({slower:.1f}x the plain read)",
+            )
+        elif figures not in local and figures is not first:
             report.add(f"{figures.label}: per window", f"{figures.median_window_s * 1e3:.2f} ms")
     return report

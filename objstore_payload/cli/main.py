@@ -33,8 +33,9 @@ def _s3_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine",
         default="auto",
-        choices=["auto", "fsspec", "boto3", "local"],
-        help="storage engine (default: local for file://, s3fs for s3://)",
+        choices=["auto", "fsspec", "boto3", "obstore", "local"],
+        help="storage engine (default: local for file://, s3fs for s3://; obstore needs "
+        "the obstore extra)",
     )
 
 
@@ -273,19 +274,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench",
-        help="measure the data plane (scenarios: batch, read, latency, response, gc, plan)",
+        help="measure the data plane (batch, read, latency, response, gc, load, plan)",
         description="Run benchmark scenarios (all of them without arguments): a table on "
         "stdout, <scenario>.json, results.json and bench.png under --out. batch: the "
         "seed's inline vs by-handle table; read: window reads vs raw pread and on S3 "
         "servers; latency: a 20 ms-per-request store vs the ideal, and the prefetching "
         "loader; response: the vLLM plugin's response bytes and write latency; gc: one "
-        "step's 15,000 deletes; plan: the capacity model for the batch's shape.",
+        "step's 15,000 deletes; load: 64 writers and 8 readers at once for up to 60 s; plan: "
+        "the capacity model for the batch's shape.",
     )
     bench.add_argument(
         "scenarios",
         nargs="*",
         metavar="SCENARIO",
-        help="batch, read, latency, response, gc, plan (default: all, in that order)",
+        help="batch, read, latency, response, gc, load, plan (default: all, in that order)",
     )
     bench.add_argument("--store", help="root URL to run on instead of each scenario's default")
     bench.add_argument(

@@ -24,7 +24,7 @@ __all__ = ["ENV_PREFIX", "ReadOptions", "RetryPolicy", "S3Options", "StoreConfig
 
 ENV_PREFIX: Final = "OBJSTORE_PAYLOAD_"
 
-Engine = Literal["auto", "fsspec", "boto3", "local"]
+Engine = Literal["auto", "fsspec", "boto3", "obstore", "local"]
 AddressingStyle = Literal["auto", "path", "virtual"]
 ChecksumMode = Literal["when_supported", "when_required"]
 
@@ -145,10 +145,17 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     protocol. Env: ``OBJSTORE_PAYLOAD_ROOT``."""
     engine: Engine = "auto"
     """Storage engine: ``auto`` picks ``local`` for ``file://`` and ``fsspec`` (s3fs for S3)
-    otherwise; ``boto3`` is a thread-pool S3 engine. Env: ``OBJSTORE_PAYLOAD_ENGINE``."""
+    otherwise; ``boto3`` is a thread-pool S3 engine; ``obstore`` is the Rust object_store
+    S3 engine (the ``obstore`` extra; not fork-safe once used, so DataLoader workers need
+    ``spawn`` or ``forkserver``). Env: ``OBJSTORE_PAYLOAD_ENGINE``."""
     s3: S3Options = S3Options()
     read: ReadOptions = ReadOptions()
     retry: RetryPolicy = RetryPolicy()
+    verify_writes: bool = True
+    """Object stores: after each upload, check the stored size (one HEAD) and upload again
+    when it differs, so a body cut short on its way (by a proxy, a load balancer) is never
+    left behind as a blob. Local files are written atomically and need no check. Env:
+    ``OBJSTORE_PAYLOAD_VERIFY_WRITES``."""
     storage_options: dict[str, Any] = {}
     """Extra keyword arguments for the fsspec filesystem of non-S3 protocols."""
 
@@ -199,6 +206,8 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             else:
                 if key in ("root", "engine"):
                     data[key] = value
+                elif key == "verify_writes":
+                    data[key] = value.strip().lower() not in ("0", "false", "no", "off")
         data.update(overrides)
         if "root" not in data:
             raise StoreConfigError(f"no storage root: set {ENV_PREFIX}ROOT")

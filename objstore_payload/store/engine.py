@@ -16,10 +16,59 @@ from typing import ClassVar
 
 from objstore_payload.store.coalesce import Block
 
-__all__ = ["DeleteOutcome", "Engine", "ReadOutcome", "scatter"]
+__all__ = [
+    "DeleteOutcome",
+    "Engine",
+    "InterruptedBody",
+    "ReadOutcome",
+    "RequestFailed",
+    "interrupted",
+    "scatter",
+]
 
 ReadOutcome = bytes | bytearray | memoryview | BaseException
 """The bytes of one block, or the exception that reading it raised."""
+
+
+class InterruptedBody(OSError):
+    """A response whose body stopped before its end (a connection cut mid-stream).
+
+    HTTP clients retry failed requests (botocore's one retry layer), but not a body that
+    breaks off after the response began; the store retries these, and short bodies, and
+    nothing else, so a failure is never retried by two layers."""
+
+
+class RequestFailed(OSError):
+    """A whole request failed after the HTTP client's own retries (a DeleteObjects that
+    kept answering 503, timing out...). Callers report it instead of sending it again:
+    only errors the client cannot see (per-key errors inside a 200 answer) are worth a
+    retry of their own."""
+
+
+def request_failed(what: str, exc: BaseException) -> RequestFailed:
+    """``exc`` wrapped as `RequestFailed`, cause kept."""
+    error = RequestFailed(f"{what}: {exc!r}")
+    error.__cause__ = exc
+    return error
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` (or its cause chain) is a response body cut off mid-stream, as
+    aiohttp, urllib3, http.client and botocore report it."""
+    # Only errors raised while reading a body: a connection that fails before the
+    # response (reset, refused, timed out) is the HTTP client's to retry.
+    names = {
+        "ClientPayloadError",  # aiohttp: the payload broke off
+        "ContentLengthError",  # aiohttp: fewer bytes than Content-Length
+        "IncompleteReadError",  # botocore: the same, for a streaming body
+        "ResponseStreamingError",  # botocore: the connection broke while streaming
+    }
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, InterruptedBody) or type(seen).__name__ in names:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 @dataclass(slots=True)

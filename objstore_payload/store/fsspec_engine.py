@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 import fsspec.asyn
 
 from objstore_payload.store.coalesce import Block
-from objstore_payload.store.engine import DeleteOutcome, Engine, ReadOutcome
+from objstore_payload.store.engine import DeleteOutcome, Engine, ReadOutcome, request_failed
 
 __all__ = ["FsspecEngine", "S3FsspecEngine"]
 
@@ -160,6 +160,11 @@ def _is_in_memory(fs: Any) -> bool:
     return "memory" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
 
 
+def _key_prefix(prefix: str) -> str:
+    """A ListObjectsV2 prefix for a folder-like ``prefix`` ("" lists the whole bucket)."""
+    return prefix.rstrip("/") + "/" if prefix.strip("/") else ""
+
+
 def _is_invalid_range(exc: BaseException) -> bool:
     """Whether an S3 error says the range starts past the end of the object (416); the
     store then sees a short read and reports it with byte counts."""
@@ -177,9 +182,29 @@ def _is_invalid_range(exc: BaseException) -> bool:
 
 class S3FsspecEngine(FsspecEngine):
     """s3fs, with deletes batched through DeleteObjects and every per-key error checked
-    (s3fs's own bulk delete sends ``Quiet`` and ignores the errors it reports)."""
+    (s3fs's own bulk delete sends ``Quiet`` and ignores the errors it reports), and
+    listings through ListObjectsV2 alone (s3fs's ``find`` sends a HEAD when a prefix is
+    empty, which a collector allowed only to list and delete is refused)."""
 
     name: ClassVar[str] = "s3fs"
+
+    async def _list(self, prefix: str) -> list[str]:
+        bucket, _, key_prefix = prefix.partition("/")
+        found: list[str] = []
+        token: str | None = None
+        while True:
+            kwargs = {"Bucket": bucket, "Prefix": _key_prefix(key_prefix)}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = await self.fs._call_s3("list_objects_v2", **kwargs)
+            found.extend(f"{bucket}/{item['Key']}" for item in page.get("Contents", []))
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return sorted(found)
+
+    def list(self, prefix: str) -> list[str]:
+        # docstring inherited
+        return self._sync(self._list(prefix))
 
     def delete(self, paths: Sequence[str]) -> DeleteOutcome:
         # docstring inherited
@@ -202,7 +227,8 @@ class S3FsspecEngine(FsspecEngine):
                         Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
                     )
                 except Exception as exc:
-                    outcome.failed.extend((f"{bucket}/{k}", exc) for k in batch)
+                    error = request_failed(f"DeleteObjects on {bucket}", exc)
+                    outcome.failed.extend((f"{bucket}/{k}", error) for k in batch)
                     continue
                 for error in response.get("Errors", []):
                     outcome.failed.append(

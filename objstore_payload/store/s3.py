@@ -14,8 +14,14 @@ from typing import Any, ClassVar
 
 from objstore_payload.store.coalesce import Block
 from objstore_payload.store.config import S3Options
-from objstore_payload.store.engine import DeleteOutcome, Engine, ReadOutcome
-from objstore_payload.store.fsspec_engine import DELETE_BATCH, _is_invalid_range
+from objstore_payload.store.engine import (
+    DeleteOutcome,
+    Engine,
+    InterruptedBody,
+    ReadOutcome,
+    request_failed,
+)
+from objstore_payload.store.fsspec_engine import DELETE_BATCH, _is_invalid_range, _key_prefix
 
 __all__ = ["Boto3Engine", "botocore_config_kwargs", "make_boto3_client", "make_s3fs"]
 
@@ -123,11 +129,17 @@ class Boto3Engine(Engine):
             response = self.client.get_object(
                 Bucket=bucket, Key=key, Range=f"bytes={block.start}-{block.end - 1}"
             )
-            with response["Body"] as body:
-                data: bytes = body.read()
-            return data
         except Exception as exc:
             return b"" if _is_invalid_range(exc) else _translate(exc, block.path)
+        try:
+            with response["Body"] as body:
+                data: bytes = body.read()
+        except Exception as exc:
+            # botocore retried the request, not a body that broke off after it began.
+            error = InterruptedBody(f"{block.path}: the response body broke off: {exc!r}")
+            error.__cause__ = exc
+            return error
+        return data
 
     def read_blocks(self, blocks: Sequence[Block]) -> list[ReadOutcome]:
         # docstring inherited
@@ -160,7 +172,7 @@ class Boto3Engine(Engine):
                         Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
                     )
                 except Exception as exc:
-                    error = _translate(exc, bucket)
+                    error = request_failed(f"DeleteObjects on {bucket}", _translate(exc, bucket))
                     outcome.failed.extend((f"{bucket}/{k}", error) for k in batch)
                     continue
                 for item in response.get("Errors", []):
@@ -178,7 +190,7 @@ class Boto3Engine(Engine):
         paginator = self.client.get_paginator("list_objects_v2")
         found: list[str] = []
         try:
-            for page in paginator.paginate(Bucket=bucket, Prefix=key_prefix.rstrip("/") + "/"):
+            for page in paginator.paginate(Bucket=bucket, Prefix=_key_prefix(key_prefix)):
                 found.extend(f"{bucket}/{obj['Key']}" for obj in page.get("Contents", []))
         except Exception as exc:
             raise _translate(exc, prefix) from exc

@@ -29,13 +29,12 @@ from objstore_payload.errors import (
 )
 from objstore_payload.store.coalesce import Block, CoalescePolicy, coalesce
 from objstore_payload.store.config import StoreConfig
-from objstore_payload.store.engine import Engine, ReadOutcome, scatter
+from objstore_payload.store.engine import Engine, ReadOutcome, interrupted, scatter
 from objstore_payload.store.root import StoreRoot
 
 __all__ = ["DeleteReport", "RequestRecord", "Store", "StoreStats", "open_store"]
 
 BLOB_SUFFIX = ".bin"
-_FATAL_ERRORS = (PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)
 """Errors that another attempt cannot fix; everything else (timeouts, resets, 5xx, short
 bodies) is retried within the budget."""
 
@@ -103,6 +102,8 @@ def _build_engine(config: StoreConfig, root: StoreRoot) -> Engine:
     if choice == "local":
         raise StoreConfigError(f"engine 'local' serves file:// roots only, not {root.url}")
     if root.is_s3:
+        if choice == "obstore":
+            return _obstore_engine(config)
         if choice == "boto3":
             from objstore_payload.store.s3 import Boto3Engine, make_boto3_client
 
@@ -113,8 +114,8 @@ def _build_engine(config: StoreConfig, root: StoreRoot) -> Engine:
         from objstore_payload.store.s3 import make_s3fs
 
         return S3FsspecEngine(make_s3fs(config.s3), max_concurrency=config.read.max_concurrency)
-    if choice == "boto3":
-        raise StoreConfigError(f"engine 'boto3' serves s3:// roots only, not {root.url}")
+    if choice in ("boto3", "obstore"):
+        raise StoreConfigError(f"engine {choice!r} serves s3:// roots only, not {root.url}")
     import fsspec
 
     from objstore_payload.store.fsspec_engine import FsspecEngine
@@ -124,6 +125,20 @@ def _build_engine(config: StoreConfig, root: StoreRoot) -> Engine:
     except (ImportError, ValueError, TypeError) as exc:
         raise StoreConfigError(f"cannot open an fsspec filesystem for {root.url}: {exc}") from exc
     return FsspecEngine(fs, max_concurrency=config.read.max_concurrency)
+
+
+def _obstore_engine(config: StoreConfig) -> Engine:
+    # obstore is an optional extra: without it, say how to get it rather than fail on
+    # an import deep inside the first read.
+    try:
+        import obstore  # noqa: F401
+    except ImportError as exc:
+        raise StoreConfigError(
+            "engine 'obstore' needs obstore: pip install 'objstore-payload[obstore]'"
+        ) from exc
+    from objstore_payload.store.obstore_engine import ObstoreEngine
+
+    return ObstoreEngine(config.s3, max_concurrency=config.read.max_concurrency)
 
 
 _CHECKED_URIS = 1 << 16
@@ -281,17 +296,27 @@ class Store:
         return path
 
     def put(self, uri: str, parts: Sequence[memoryview | bytes], size: int | None = None) -> None:
-        """Write an object; durable and atomic when this returns."""
+        """Write an object; durable and atomic when this returns. On object stores the
+        stored size is checked (`StoreConfig.verify_writes`) and a short object uploaded
+        again, within the retry policy."""
         views = [memoryview(p) for p in parts]
         total = sum(v.nbytes for v in views) if size is None else size
         path = self._before_put(uri, total)
-        try:
-            self.engine.put(path, views, total)
-        except PayloadError:
-            raise
-        except Exception as exc:
-            raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc!r}") from exc
-        self._count(put_requests=1, bytes_written=total)
+        upload = _Upload(self, uri, path, total)
+        while True:
+            try:
+                engine = self.engine
+                engine.put(path, views, total)
+                stored = engine.size(path) if upload.verify else total
+            except PayloadError:
+                raise
+            except Exception as exc:
+                raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc!r}") from exc
+            delay = upload.settle(stored)
+            if delay is None:
+                break
+            time.sleep(delay)
+        self._count(put_requests=upload.attempts, bytes_written=total)
 
     async def aput(
         self, uri: str, parts: Sequence[memoryview | bytes], size: int | None = None
@@ -300,14 +325,21 @@ class Store:
         views = [memoryview(p) for p in parts]
         total = sum(v.nbytes for v in views) if size is None else size
         path = self._before_put(uri, total)
-        engine = await self.aengine()
-        try:
-            await engine.aput(path, views, total)
-        except PayloadError:
-            raise
-        except Exception as exc:
-            raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc!r}") from exc
-        self._count(put_requests=1, bytes_written=total)
+        upload = _Upload(self, uri, path, total)
+        while True:
+            engine = await self.aengine()
+            try:
+                await engine.aput(path, views, total)
+                stored = await asyncio.to_thread(engine.size, path) if upload.verify else total
+            except PayloadError:
+                raise
+            except Exception as exc:
+                raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc!r}") from exc
+            delay = upload.settle(stored)
+            if delay is None:
+                break
+            await asyncio.sleep(delay)
+        self._count(put_requests=upload.attempts, bytes_written=total)
 
     # -- housekeeping ---------------------------------------------------------------
     def size(self, uri: str) -> int:
@@ -380,6 +412,39 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({self.root.url!r}, engine={self.config.engine!r})"
+
+
+class _Upload:
+    """One `Store.put` across attempts: whether the stored size is checked, and what to
+    do when it is short (shared by the sync and async writes)."""
+
+    def __init__(self, store: Store, uri: str, path: str, total: int) -> None:
+        self._store, self._uri, self._path, self._total = store, uri, path, total
+        self.verify = store.config.verify_writes and store.root.protocol not in _ATOMIC_PROTOCOLS
+        self.attempts = 0
+        self._retry = store.config.retry
+        self._deadline = time.monotonic() + self._retry.total_timeout_s
+
+    def settle(self, stored: int) -> float | None:
+        """None when the object is whole; else the delay before uploading again (the
+        short object is removed first, so nothing names it), or `StoreIOError` once the
+        retry budget is spent."""
+        self.attempts += 1
+        if stored == self._total:
+            return None
+        self._store.engine.delete([self._path])
+        delay = self._retry.delay(self.attempts)
+        if self.attempts >= self._retry.max_attempts or time.monotonic() + delay > self._deadline:
+            raise StoreIOError(
+                f"writing {self._uri}: the store kept {stored} of {self._total} bytes, "
+                f"{self.attempts} times; removed"
+            )
+        self._store._count(retries=1)
+        return delay
+
+
+_ATOMIC_PROTOCOLS = frozenset({"file", "memory"})
+"""Protocols whose writes land whole or not at all (no upload to cut short)."""
 
 
 class _ReadPass:
@@ -480,9 +545,16 @@ class _ReadPass:
                 if isinstance(outcome, PayloadError):
                     raise outcome
                 if isinstance(outcome, FileNotFoundError):
-                    raise PayloadNotFoundError(f"payload blob {uri} does not exist") from outcome
-                if isinstance(outcome, _FATAL_ERRORS):
-                    raise StoreIOError(f"cannot read {uri}: {outcome!r}") from outcome
+                    raise PayloadNotFoundError(
+                        f"payload blob {uri} does not exist (reading bytes "
+                        f"[{block.start}, {block.end}))"
+                    ) from outcome
+                if not interrupted(outcome):
+                    # The engine's client already retried this request (botocore's one
+                    # retry layer); retrying here again would stack retries on retries.
+                    raise StoreIOError(
+                        f"reading {uri} bytes [{block.start}, {block.end}) failed: {outcome!r}"
+                    ) from outcome
                 self.failures[index] = outcome
                 again.append(index)
                 continue

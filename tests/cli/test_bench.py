@@ -57,8 +57,8 @@ def test_batch_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 def test_read_smoke_on_a_file_store(tmp_path: Path) -> None:
     (report,) = bench(tmp_path, "read", "--scale", "0.125", "--no-s3")["reports"]
     stores = report["data"]["stores"]
-    assert [s["label"] for s in stores] == ["file", "file, window width"]
-    for store in stores:
+    assert [s["label"] for s in stores] == ["file", "file, window width", "file, verifying"]
+    for store in stores[:2]:
         assert store["ratio_to_raw"] > 0
         assert 1 <= store["gets_per_blob"] <= 4
         assert store["bytes_per_window"] > 4000 / 4 * 384  # its share of the routing
@@ -68,7 +68,10 @@ def test_read_on_the_embedded_s3_compares_engines() -> None:
     ctx = BenchContext(scale=0.125, repeats=1, quiet=True, rgw_script=None)
     report = run_scenario("read", ctx)
     labels = [s["label"] for s in report.data["stores"]]
-    assert labels[2:] == ["embedded S3 (moto server), fsspec", "embedded S3 (moto server), boto3"]
+    assert labels[3:5] == [
+        "embedded S3 (moto server), fsspec",
+        "embedded S3 (moto server), boto3",
+    ]
     gets = {s["label"]: s["gets_per_window"] for s in report.data["stores"]}
     assert gets["embedded S3 (moto server), fsspec"] == gets["embedded S3 (moto server), boto3"]
 

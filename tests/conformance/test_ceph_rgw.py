@@ -1,5 +1,5 @@
-"""The conformance suite on a real S3 server: Ceph RGW on 127.0.0.1 (s3fs and boto3
-engines; checksums only where required; a small connection pool)."""
+"""The conformance suite on a real S3 server: Ceph RGW on 127.0.0.1 (s3fs, boto3 and
+obstore engines; checksums only where required; a small connection pool)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,13 @@ class TestCephRgwBoto3(StoreConformance):
     @pytest.fixture
     def store(self, ceph_rgw: CephRgw) -> Iterator[Store]:
         with s3_store(ceph_rgw, "boto3") as store:
+            yield store
+
+
+class TestCephRgwObstore(StoreConformance):
+    @pytest.fixture
+    def store(self, ceph_rgw: CephRgw) -> Iterator[Store]:
+        with s3_store(ceph_rgw, "obstore") as store:
             yield store
 
 

@@ -1,5 +1,5 @@
-"""The conformance suite over real HTTP: moto's server on 127.0.0.1, with the s3fs engine
-and the boto3 engine, and with the S3 options that differ between stores."""
+"""The conformance suite over real HTTP: moto's server on 127.0.0.1, with the s3fs, boto3
+and obstore engines, and with the S3 options that differ between stores."""
 
 from __future__ import annotations
 
@@ -31,6 +31,13 @@ class TestMotoServerBoto3(StoreConformance):
     @pytest.fixture
     def store(self, embedded_s3: EmbeddedS3) -> Iterator[Store]:
         with _store(embedded_s3, "boto3") as store:
+            yield store
+
+
+class TestMotoServerObstore(StoreConformance):
+    @pytest.fixture
+    def store(self, embedded_s3: EmbeddedS3) -> Iterator[Store]:
+        with _store(embedded_s3, "obstore") as store:
             yield store
 
 

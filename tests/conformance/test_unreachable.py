@@ -19,7 +19,7 @@ def closed_port() -> int:
         return int(sock.getsockname()[1])  # nothing listens here once the socket closes
 
 
-@pytest.fixture(params=["fsspec", "boto3"])
+@pytest.fixture(params=["fsspec", "boto3", "obstore"])
 def store(request: pytest.FixtureRequest, closed_port: int) -> Iterator[Store]:
     config = StoreConfig(
         root="s3://payloads/unreachable",

@@ -1,4 +1,6 @@
-"""The store's single retry layer: what it retries, what it gives up on, what it says.
+"""The store's retry layer: what it retries (bodies that came back short or broke off
+mid-stream, which HTTP clients do not retry), what it leaves to the client's own retry
+layer (every other request failure: raised at once), what it gives up on, what it says.
 
 The failures are injected by a wrapper engine around a real memory filesystem engine,
 because a short or failing read cannot be provoked from the memory store itself; real
@@ -14,7 +16,7 @@ import pytest
 
 from objstore_payload import PayloadNotFoundError, ShortReadError, Store, StoreConfig, StoreIOError
 from objstore_payload.store import Block, RetryPolicy
-from objstore_payload.store.engine import DeleteOutcome, Engine, ReadOutcome
+from objstore_payload.store.engine import DeleteOutcome, Engine, InterruptedBody, ReadOutcome
 from objstore_payload.store.fsspec_engine import FsspecEngine
 
 
@@ -35,6 +37,8 @@ class FlakyEngine(Engine):
             return real
         if self.fault == "short":
             return [bytes(r)[: len(r) // 2] if isinstance(r, bytes) else r for r in real]
+        if self.fault == "cut":
+            return [InterruptedBody("the body broke off") for _ in blocks]
         return [ConnectionResetError("reset by peer") for _ in blocks]
 
     def put(self, path: str, parts: Sequence[memoryview], size: int) -> None:
@@ -59,7 +63,7 @@ def make_store(failures: int, fault: str, attempts: int = 4) -> tuple[Store, Fla
     return store, engine, uri
 
 
-@pytest.mark.parametrize("fault", ["short", "reset"])
+@pytest.mark.parametrize("fault", ["short", "cut"])
 def test_transient_faults_recover_within_the_budget(fault: str) -> None:
     store, engine, uri = make_store(failures=2, fault=fault)
     assert bytes(store.read(uri, 10, 30)) == bytes(range(10, 30))
@@ -74,15 +78,24 @@ def test_persistent_short_read_names_uri_offset_and_counts() -> None:
     assert engine.calls == 3
 
 
-def test_persistent_reset_is_a_store_error_with_cause() -> None:
-    store, _, uri = make_store(failures=99, fault="reset", attempts=2)
-    with pytest.raises(StoreIOError, match="failed after 2 attempts") as info:
+def test_persistent_cut_is_a_store_error_with_cause() -> None:
+    store, _, uri = make_store(failures=99, fault="cut", attempts=2)
+    with pytest.raises(StoreIOError, match=r"bytes \[0, 10\) failed after 2 attempts") as info:
+        store.read(uri, 0, 10)
+    assert isinstance(info.value.__cause__, InterruptedBody)
+
+
+def test_request_failures_are_left_to_the_clients_retries() -> None:
+    # botocore already retried a reset before the response: one layer, not two.
+    store, engine, uri = make_store(failures=1, fault="reset", attempts=4)
+    with pytest.raises(StoreIOError, match=r"bytes \[0, 10\) failed: ") as info:
         store.read(uri, 0, 10)
     assert isinstance(info.value.__cause__, ConnectionResetError)
+    assert engine.calls == 1
 
 
 def test_total_timeout_caps_the_retries() -> None:
-    engine = FlakyEngine(FsspecEngine(fsspec.filesystem("memory")), 99, "reset")
+    engine = FlakyEngine(FsspecEngine(fsspec.filesystem("memory")), 99, "cut")
     policy = RetryPolicy(
         max_attempts=100, initial_backoff_s=0.05, max_backoff_s=0.05, total_timeout_s=0.12
     )
