@@ -82,7 +82,7 @@ def run(ctx: BenchContext) -> Report:
     if root is None:  # S3 semantics (DeleteObjects batches) on the embedded server
         from objstore_payload.testing.embedded_s3 import EmbeddedS3
 
-        embedded = EmbeddedS3(bucket="bench-gc").start()
+        embedded = EmbeddedS3(bucket="bench-gc", separate_process=True).start()
         root, s3 = "s3://bench-gc/run", embedded.s3_options()
     try:
         config = StoreConfig.from_env(root=root, engine=ctx.engine, s3=s3)

@@ -119,7 +119,8 @@ class LoadResult:
 
 async def _load(store: Store, result: LoadResult, duration_s: float, max_writes: int) -> None:
     writer, reader = PayloadWriter(store), PayloadReader(store)
-    queue: asyncio.Queue[tuple[int, list[Segment]] | None] = asyncio.Queue()
+    # Bounded: writers wait for readers, so memory and the final drain stay bounded.
+    queue: asyncio.Queue[tuple[int, list[Segment]] | None] = asyncio.Queue(8 * result.readers)
     deadline = time.monotonic() + duration_s
     seeds = iter(range(max_writes))
     peak = [result.rss_before]
@@ -217,7 +218,9 @@ def run(ctx: BenchContext) -> Report:
 
     embedded = None
     if ctx.store is None:
-        embedded = EmbeddedS3(bucket="bench-load").start()
+        # In its own process: moto keeps every object in memory, which must not count as
+        # the client's RSS, and its Python must not share the client's GIL.
+        embedded = EmbeddedS3(bucket="bench-load", separate_process=True).start()
         config = StoreConfig(root="s3://bench-load/run", s3=embedded.s3_options())
     else:
         config = StoreConfig.from_env(root=ctx.store, engine=ctx.engine, s3=ctx.s3)

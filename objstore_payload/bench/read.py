@@ -195,7 +195,9 @@ def _s3_targets(ctx: BenchContext) -> list[tuple[str, Any]]:
     from objstore_payload.testing.ceph_rgw import CephRgw, rgw_available
     from objstore_payload.testing.embedded_s3 import EmbeddedS3
 
-    targets: list[tuple[str, Any]] = [("embedded S3 (moto server)", EmbeddedS3("bench-read"))]
+    targets: list[tuple[str, Any]] = [
+        ("embedded S3 (moto server)", EmbeddedS3("bench-read", separate_process=True))
+    ]
     script = ctx.rgw_script
     if script is not None and script.is_file() and rgw_available() is None:
         scratch = Path(tempfile.mkdtemp(prefix="objstore-payload-bench-rgw-"))

@@ -1,13 +1,19 @@
 """An embedded S3 server for demos and tests: moto's server on 127.0.0.1, free port.
 
-It runs in a thread of the calling process and keeps objects in memory; it speaks real
-HTTP, so s3fs, boto3 and any other client reach it exactly as they reach AWS. It needs
-the ``embedded`` extra (``moto[server]``).
+By default it runs in a thread of the calling process; ``separate_process=True`` runs it
+as a child process instead (stopped by PID), so that its memory (it keeps every object)
+and its CPU (it is Python too) are not counted as the client's, as benchmarks need. It
+speaks real HTTP, so s3fs, boto3 and any other client reach it exactly as they reach AWS.
+It needs the ``embedded`` extra (``moto[server]``).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
+import subprocess
+import sys
+import time
 from types import TracebackType
 from typing import Any, Self
 
@@ -23,13 +29,41 @@ _SECRET_KEY = "embedded-secret"
 class EmbeddedS3:
     """``with EmbeddedS3() as s3: ...``: a throwaway S3 endpoint with ``bucket`` created."""
 
-    def __init__(self, bucket: str = "payloads") -> None:
+    def __init__(self, bucket: str = "payloads", *, separate_process: bool = False) -> None:
         self.bucket = bucket
         self.endpoint_url = ""
         self._server: Any = None
+        self._separate = separate_process
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def _start_process(self) -> None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("the embedded S3 server process did not start") from None
+                time.sleep(0.05)
+        self.endpoint_url = f"http://127.0.0.1:{port}"
 
     def start(self) -> Self:
         """Start the server and create the bucket."""
+        if self._separate:
+            self._start_process()
+            create_bucket(self.s3_options(), self.bucket)
+            return self
         try:
             from moto.server import ThreadedMotoServer
         except ImportError as exc:
@@ -64,10 +98,19 @@ class EmbeddedS3:
         create_bucket(self.s3_options(), self.bucket)
 
     def stop(self) -> None:
-        """Stop the server (its thread ends; objects are gone)."""
+        """Stop the server (its thread ends, or its process is stopped by PID; objects
+        are gone)."""
         if self._server is not None:
             self._server.stop()
             self._server = None
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=10)
+            self._process = None
 
     def __enter__(self) -> Self:
         return self.start()
