@@ -107,6 +107,16 @@ def test_gc_smoke(tmp_path: Path) -> None:
     assert report["data"]["caller_blocked_s"] <= report["data"]["background_s"]
 
 
+def test_load_smoke(tmp_path: Path) -> None:
+    (report,) = bench(tmp_path, "load", "--scale", "0.005")["reports"]
+    data = report["data"]
+    assert data["written"] > 0
+    assert data["read"] == data["written"]
+    assert data["lost"] == data["corrupt"] == 0
+    assert data["fds_leaked"] == []
+    assert data["seconds"] < 30
+
+
 def test_plan_smoke_and_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (report,) = bench(tmp_path, "plan")["reports"]
     assert report["data"]["puts"] == 64 * 30
