@@ -159,18 +159,24 @@ class PayloadCollector:
 
     def _delete(self, uris: Sequence[str], reason: str) -> None:
         todo = list(dict.fromkeys(uris))
+        given_up: list[tuple[str, BaseException]] = []
         for attempt in range(1, self._attempts + 1):
             report = self.store.delete(todo)
             self.stats.delete_requests += report.requests
             setattr(self.stats, reason, getattr(self.stats, reason) + report.deleted)
-            if not report.failed:
-                return
             # Keys the server refused one by one are tried again; a request that failed
-            # as a whole was already retried by the HTTP client (one retry layer).
-            again = {path for path, error in report.failed if not isinstance(error, RequestFailed)}
+            # as a whole was already retried by the HTTP client (one retry layer), so its
+            # keys are reported now rather than sent again.
+            again = set()
+            for path, error in report.failed:
+                if isinstance(error, RequestFailed) or attempt == self._attempts:
+                    given_up.append((path, error))
+                else:
+                    again.add(path)
             todo = [u for u in todo if self.store.check_uri(u) in again]
-            if attempt == self._attempts or not todo:
-                for path, error in report.failed:
-                    log.warning("could not delete payload %s: %s", path, error)
-                    self.stats.errors.append((path, repr(error)))
-                self.stats.failed += len(report.failed)
+            if not todo:
+                break
+        for path, error in given_up:
+            log.warning("could not delete payload %s: %s", path, error)
+            self.stats.errors.append((path, repr(error)))
+        self.stats.failed += len(given_up)

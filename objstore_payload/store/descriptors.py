@@ -65,6 +65,15 @@ class DescriptorCache:
                 if fd is not None:
                     self._close_idle_locked(fd)
 
+    def after_fork(self) -> None:
+        """In a forked child: close the parent's descriptors copied by the fork (the
+        child has one thread, and the copied lock may be held: it is replaced)."""
+        self._lock = threading.Lock()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self._users.clear()
+
     def __len__(self) -> int:
         return len(self._fds)
 

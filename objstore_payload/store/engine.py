@@ -62,6 +62,8 @@ def interrupted(exc: BaseException) -> bool:
         "ContentLengthError",  # aiohttp: fewer bytes than Content-Length
         "IncompleteReadError",  # botocore: the same, for a streaming body
         "ResponseStreamingError",  # botocore: the connection broke while streaming
+        "AioReadTimeoutError",  # aiobotocore: the body stalled (a timeout before the
+        # response comes as a plain ReadTimeoutError, which botocore retries)
     }
     seen: BaseException | None = exc
     while seen is not None:
@@ -152,6 +154,11 @@ class Engine(ABC):
     @abstractmethod
     def size(self, path: str) -> int:
         """Size of an object in bytes; `FileNotFoundError` when it does not exist."""
+
+    def retryable(self, exc: BaseException) -> bool:
+        """Whether the store should read a block again after ``exc``: by default only a
+        body that broke off (`interrupted`), since HTTP clients retry everything else."""
+        return interrupted(exc)
 
     def close(self) -> None:  # noqa: B027 - engines without resources need no close
         """Release connections, threads and descriptors."""

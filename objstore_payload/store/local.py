@@ -9,9 +9,11 @@ a network filesystem (NFS).
 Opened descriptors stay open in a small LRU (``open_files``, 64 by default): a window
 read touches each blob twice (a ragged field's offset words, then the values), and an
 open with its checks (directory, O_NOFOLLOW, fstat, /proc/self/fd) costs about as much
-as reading 100 KiB from page cache. Blobs are immutable and never renamed over, so a
-cached descriptor reads the same bytes as a fresh one; `delete` drops the descriptors of
-what it deletes, so this process never reads a blob it deleted.
+as reading 100 KiB from page cache. Blobs are immutable, so a cached descriptor reads the
+same bytes as a fresh one; this process's own `put` over a name and `delete` drop the
+name's descriptor, and a read that comes back short or fails drops it too, so its retry
+reopens the file. A blob another process deleted stays readable through a descriptor
+still cached here (its bytes, never other ones) until the LRU closes it.
 
 Writes are atomic and durable before they return: a temporary file in the target
 directory, fsync, rename over the final name, fsync of the directory (and of every
@@ -132,6 +134,11 @@ class LocalEngine(Engine):
             raise
         return fd
 
+    def after_fork(self) -> None:
+        """In a forked child that builds its own engine: close the descriptors this
+        engine had cached in the parent (the fork copied them)."""
+        self._files.after_fork()
+
     def drop_open_files(self, paths: Sequence[str] | None = None) -> None:
         """Close cached descriptors (of ``paths``, or all); ones in use close after use."""
         self._files.drop(paths)
@@ -149,18 +156,26 @@ class LocalEngine(Engine):
             for index, _ in items:
                 out[index] = exc
             return
+        whole = True
         try:
             for index, block in items:
                 views = targets[index]
                 try:
                     if views is None:
-                        out[index] = os.pread(fd, block.size, block.start)
+                        data = os.pread(fd, block.size, block.start)
+                        whole = whole and len(data) == block.size
+                        out[index] = data
                     else:
-                        out[index] = _preadv(fd, views, block.start)
+                        got = _preadv(fd, views, block.start)
+                        whole = whole and got == block.size
+                        out[index] = got
                 except OSError as exc:
+                    whole = False
                     out[index] = exc
         finally:
             self._files.release(path, fd)
+            if not whole:  # a retry opens the file again (it may have been replaced)
+                self._files.drop([path])
 
     def read_blocks_into(
         self, blocks: Sequence[Block], targets: Sequence[Sequence[memoryview] | None]
@@ -221,6 +236,7 @@ class LocalEngine(Engine):
             finally:
                 os.close(fd)
             os.replace(temp, path)
+            self._files.drop([path])  # a cached descriptor would read the old file
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
@@ -230,7 +246,6 @@ class LocalEngine(Engine):
     def delete(self, paths: Sequence[str]) -> DeleteOutcome:
         # docstring inherited
         outcome = DeleteOutcome(requests=len(paths))
-        self.drop_open_files(paths)
         for path in paths:
             try:
                 os.unlink(path)
@@ -238,7 +253,15 @@ class LocalEngine(Engine):
                 pass
             except OSError as exc:
                 outcome.failed.append((path, exc))
+        # After the unlinks: a read racing this delete may have cached a descriptor.
+        self.drop_open_files(paths)
         return outcome
+
+    def retryable(self, exc: BaseException) -> bool:
+        # docstring inherited
+        # No client below retries local reads: an I/O error or a stale NFS handle is
+        # worth another attempt, which reopens the file.
+        return isinstance(exc, OSError) and exc.errno in (errno.EIO, errno.ESTALE)
 
     def list(self, prefix: str) -> list[str]:
         # docstring inherited

@@ -29,7 +29,7 @@ from objstore_payload.errors import (
 )
 from objstore_payload.store.coalesce import Block, CoalescePolicy, coalesce
 from objstore_payload.store.config import StoreConfig
-from objstore_payload.store.engine import Engine, ReadOutcome, interrupted, scatter
+from objstore_payload.store.engine import Engine, ReadOutcome, scatter
 from objstore_payload.store.root import StoreRoot
 
 __all__ = ["DeleteReport", "RequestRecord", "Store", "StoreStats", "open_store"]
@@ -179,6 +179,10 @@ class Store:
             # A fork may have copied the locks while another thread held them.
             self._lock = threading.Lock()
             self._stats_lock = threading.Lock()
+            inherited = self._engine if self._own_engine else None
+            after_fork = getattr(inherited, "after_fork", None)
+            if after_fork is not None:  # the parent's cached descriptors, copied by fork
+                after_fork()
         with self._lock:
             if not self._engine_is_current():
                 self._engine = _build_engine(self.config, self.root)
@@ -262,7 +266,7 @@ class Store:
         no intermediate buffer.
         """
         engine = self.engine
-        read = _ReadPass(self, ranges, into, self._policy(engine))
+        read = _ReadPass(self, ranges, into, engine)
         while (batch := read.next_batch()) is not None:
             delay = read.settle(engine.read_blocks_into(*batch))
             if delay:
@@ -277,7 +281,7 @@ class Store:
     ) -> list[memoryview]:
         """Async `read_ranges`: same checks, merging, retries and errors."""
         engine = await self.aengine()
-        read = _ReadPass(self, ranges, into, self._policy(engine))
+        read = _ReadPass(self, ranges, into, engine)
         while (batch := read.next_batch()) is not None:
             delay = read.settle(await engine.aread_blocks_into(*batch))
             if delay:
@@ -335,7 +339,7 @@ class Store:
                 raise
             except Exception as exc:
                 raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc!r}") from exc
-            delay = upload.settle(stored)
+            delay = await asyncio.to_thread(upload.settle, stored)  # it may delete
             if delay is None:
                 break
             await asyncio.sleep(delay)
@@ -427,18 +431,28 @@ class _Upload:
 
     def settle(self, stored: int) -> float | None:
         """None when the object is whole; else the delay before uploading again (the
-        short object is removed first, so nothing names it), or `StoreIOError` once the
-        retry budget is spent."""
+        short object is deleted first where the credentials allow), or `StoreIOError`
+        once the retry budget is spent. No segment ever names a short object."""
         self.attempts += 1
         if stored == self._total:
             return None
-        self._store.engine.delete([self._path])
+        try:
+            outcome = self._store.engine.delete([self._path])
+            removed: BaseException | None = outcome.failed[0][1] if outcome.failed else None
+        except Exception as exc:  # a writer may lack s3:DeleteObject (the Terraform one does)
+            removed = exc
         delay = self._retry.delay(self.attempts)
         if self.attempts >= self._retry.max_attempts or time.monotonic() + delay > self._deadline:
+            fate = (
+                "removed"
+                if removed is None
+                else f"could not remove it ({removed!r}): the collector's version backstop "
+                "and the bucket lifecycle rule will"
+            )
             raise StoreIOError(
                 f"writing {self._uri}: the store kept {stored} of {self._total} bytes, "
-                f"{self.attempts} times; removed"
-            )
+                f"{self.attempts} times; {fate}"
+            ) from removed
         self._store._count(retries=1)
         return delay
 
@@ -457,9 +471,11 @@ class _ReadPass:
         store: Store,
         ranges: Sequence[tuple[str, int, int]],
         into: Sequence[memoryview | None] | None,
-        policy: CoalescePolicy,
+        engine: Engine,
     ) -> None:
         self._store = store
+        self._engine = engine
+        policy = store._policy(engine)
         self.uri_of_path: dict[str, str] = {}
         resolved = []
         for uri, start, end in ranges:
@@ -549,7 +565,7 @@ class _ReadPass:
                         f"payload blob {uri} does not exist (reading bytes "
                         f"[{block.start}, {block.end}))"
                     ) from outcome
-                if not interrupted(outcome):
+                if not self._engine.retryable(outcome):
                     # The engine's client already retried this request (botocore's one
                     # retry layer); retrying here again would stack retries on retries.
                     raise StoreIOError(

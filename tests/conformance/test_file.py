@@ -14,6 +14,7 @@ from objstore_payload import (
     PayloadNotFoundError,
     PayloadReader,
     PayloadWriter,
+    ShortReadError,
     Store,
     StoreConfig,
     StoreConfigError,
@@ -166,3 +167,43 @@ def test_a_directory_swapped_for_a_symlink_after_a_read_is_refused(tmp_path: Pat
         engine.drop_open_files()  # the blob's descriptor is not cached either
         with pytest.raises(UriNotAllowedError):
             reader.read_field([seg], seg.field, seg.pos, seg.end)
+
+
+def test_a_put_over_a_name_is_read_fresh(tmp_path: Path) -> None:
+    root = (tmp_path / "p").as_uri()
+    with Store(StoreConfig(root=root)) as store:
+        uri = store.new_blob_uri(root)
+        store.put(uri, [b"AAAA"])
+        assert bytes(store.read(uri, 0, 4)) == b"AAAA"  # its descriptor is cached now
+        store.put(uri, [b"BBBB"])
+        assert bytes(store.read(uri, 0, 4)) == b"BBBB"
+        store.put(uri, [b"CC"])
+        with pytest.raises(ShortReadError):
+            store.read(uri, 0, 4)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_forked_child_closes_the_descriptors_it_inherited(tmp_path: Path) -> None:
+    import multiprocessing
+
+    root = (tmp_path / "p").as_uri()
+    store = Store(StoreConfig(root=root))
+    uris = [store.new_blob_uri(root) for _ in range(5)]
+    for uri in uris:
+        store.put(uri, [b"x" * 64])
+        store.read(uri, 0, 64)  # five cached descriptors in the parent
+
+    def child(queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+        before = _open_descriptors()
+        store.read(uris[0], 0, 64)  # rebuilds the engine in the child
+        queue.put((before, _open_descriptors()))
+
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    process = context.Process(target=child, args=(queue,))
+    process.start()
+    before, after = queue.get(timeout=30)
+    process.join(timeout=30)
+    # The five inherited blob descriptors are closed; one new one is cached.
+    assert after <= before - 5 + 1
+    store.close()

@@ -22,7 +22,7 @@ from objstore_payload.lifecycle import (
 )
 from objstore_payload.store import DeleteOutcome, Engine
 from objstore_payload.store.coalesce import Block
-from objstore_payload.store.engine import ReadOutcome
+from objstore_payload.store.engine import ReadOutcome, request_failed
 from objstore_payload.testing.embedded_s3 import EmbeddedS3
 
 
@@ -146,6 +146,8 @@ class FailingDeletes(Engine):
     ) -> None:
         self.inner, self.refuse, self.gate = inner, refuse, gate
         self.calls = 0
+        self.request_fails: set[str] = set()
+        """Paths whose whole request fails (as after the HTTP client's own retries)."""
 
     def read_blocks(self, blocks: Sequence[Block]) -> list[ReadOutcome]:
         return self.inner.read_blocks(blocks)
@@ -157,9 +159,15 @@ class FailingDeletes(Engine):
         if self.gate is not None:
             self.gate.wait(timeout=30)
         self.calls += 1
-        outcome = self.inner.delete([p for p in paths if p not in self.refuse])
+        refused = self.refuse | self.request_fails
+        outcome = self.inner.delete([p for p in paths if p not in refused])
         outcome.failed += [
             (p, OSError("AccessDenied: Access Denied")) for p in paths if p in self.refuse
+        ]
+        outcome.failed += [
+            (p, request_failed("DeleteObjects", OSError("SlowDown")))
+            for p in paths
+            if p in self.request_fails
         ]
         return outcome
 
@@ -197,6 +205,27 @@ def test_per_key_delete_errors_are_retried_then_reported() -> None:
     assert engine.calls == 3  # the failed key was retried, the rest deleted once
     assert collector.stats.failed == 1
     assert "AccessDenied" in collector.stats.errors[0][1]
+    collector.close()
+
+
+def test_whole_request_failures_are_reported_not_resent() -> None:
+    # One batch kept failing as a whole (botocore already retried it); another key was
+    # refused on its own and is retried. Both end up accounted for.
+    store, engine = memory_store({"v0/stuck.bin"})
+    collector = PayloadCollector(store, max_off_policy_steps=2, delete_attempts=3)
+    collector.drain()
+    stuck, slow = f"{store.root.url}/v0/stuck.bin", f"{store.root.url}/v0/slow.bin"
+    for uri in (stuck, slow):
+        store.put(uri, [b"x"])
+    engine.request_fails = {store.check_uri(slow)}
+    engine.calls = 0
+    collector.discard([stuck, slow]).result()
+    assert engine.calls == 3  # the refused key three times; the failed request not resent
+    assert collector.stats.failed == 2
+    assert {path.rsplit("/", 1)[-1] for path, _ in collector.stats.errors} == {
+        "stuck.bin",
+        "slow.bin",
+    }
     collector.close()
 
 
