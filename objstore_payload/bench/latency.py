@@ -33,7 +33,7 @@ from objstore_payload.bench.workload import by_handle_micro_batches
 from objstore_payload.reader import PayloadReader
 from objstore_payload.store.coalesce import Block
 from objstore_payload.store.config import ReadOptions, StoreConfig
-from objstore_payload.store.engine import DeleteOutcome, Engine, ReadOutcome
+from objstore_payload.store.engine import EngineWrapper, ReadOutcome
 from objstore_payload.store.local import LocalEngine
 from objstore_payload.store.store import Store
 
@@ -42,14 +42,14 @@ __all__ = ["DelayedEngine", "run"]
 DELAY_S = 0.020
 
 
-class DelayedEngine(Engine):
+class DelayedEngine(EngineWrapper):
     """A local engine behind a fixed per-request delay and a concurrency limit."""
 
     name: ClassVar[str] = "delayed"
     default_coalesce_gap: ClassVar[int] = 256 << 10
 
     def __init__(self, inner: LocalEngine, delay_s: float, max_concurrency: int) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.delay_s = delay_s
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="delayed")
         self._passes: list[int] = []
@@ -79,26 +79,10 @@ class DelayedEngine(Engine):
         outcomes = self.read_blocks_into(blocks, [None] * len(blocks))
         return [o for o in outcomes if not isinstance(o, int)]
 
-    def put(self, path: str, parts: Sequence[memoryview], size: int) -> None:
-        # docstring inherited
-        self.inner.put(path, parts, size)
-
-    def delete(self, paths: Sequence[str]) -> DeleteOutcome:
-        # docstring inherited
-        return self.inner.delete(paths)
-
-    def list(self, prefix: str) -> list[str]:
-        # docstring inherited
-        return self.inner.list(prefix)
-
-    def size(self, path: str) -> int:
-        # docstring inherited
-        return self.inner.size(path)
-
     def close(self) -> None:
         # docstring inherited
         self._pool.shutdown(wait=True)
-        self.inner.close()
+        super().close()
 
 
 def run(ctx: BenchContext) -> Report:

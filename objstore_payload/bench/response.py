@@ -63,13 +63,8 @@ def make_requests(
 
 def _through_plugin(store: Store, requests: list[SyntheticRequest]) -> dict[str, Any]:
     from objstore_payload.adapters.client import decode_generate_response
-    from objstore_payload.adapters.vllm import ServerSettings
-    from objstore_payload.cli.demo_plugin import _completion_output
-    from objstore_payload.testing.vllm_server import PluginServer, StandInEngine
+    from objstore_payload.cli.demo_plugin import exchange, stand_in_server
 
-    by_prompt = {tuple(r.tokens[: r.prompt_len].tolist()): r for r in requests}
-    engine = StandInEngine(lambda prompt, _params: _completion_output(by_prompt[tuple(prompt)]))
-    settings = ServerSettings(store=store.config, num_experts=EXPERTS)
     figures: dict[str, Any] = {
         "inline_bytes": 0,
         "handle_bytes": 0,
@@ -78,26 +73,17 @@ def _through_plugin(store: Store, requests: list[SyntheticRequest]) -> dict[str,
         "mask_bytes": 0,
         "completion_tokens": 0,
     }
-    with PluginServer(engine, settings) as server:
+    with stand_in_server(store, requests) as server:
         for request in requests:
-            prompt = request.tokens[: request.prompt_len]
-            body: dict[str, Any] = {
-                "token_ids": prompt.tolist(),
-                "sampling_params": {"max_tokens": request.completion_len, "logprobs": 1},
-            }
-            started = time.perf_counter()
-            inline = server.generate(body)
-            figures["inline_latency_s"].append(time.perf_counter() - started)
-            body["sampling_params"]["extra_args"] = {"payload_dir": store.version_prefix(1)}
-            started = time.perf_counter()
-            handle = server.generate(body)
-            figures["handle_latency_s"].append(time.perf_counter() - started)
-            if inline.status_code != 200 or handle.status_code != 200:
-                raise RuntimeError(f"plugin answered {inline.status_code}/{handle.status_code}")
-            figures["inline_bytes"] += len(inline.content)
-            figures["handle_bytes"] += len(handle.content)
+            answers = exchange(server, store, request)
+            figures["inline_latency_s"].append(answers.inline_s)
+            figures["handle_latency_s"].append(answers.handle_s)
+            figures["inline_bytes"] += len(answers.inline.content)
+            figures["handle_bytes"] += len(answers.handle.content)
             (turn,) = decode_generate_response(
-                handle.content, prompt, allowed_roots=[store.root.url]
+                answers.handle.content,
+                request.tokens[: request.prompt_len],
+                allowed_roots=[store.root.url],
             )
             uri = next(s.uri for s in turn.segments if s.field == "sampling_mask")
             regions = read_blob_info(store, uri).trailer.regions

@@ -10,6 +10,7 @@ with the arrays the engine produced.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,14 @@ from objstore_payload.reader import FieldWindow, PayloadReader
 from objstore_payload.store.store import Store
 from objstore_payload.testing.vllm_server import PluginServer, StandInEngine
 
-__all__ = ["PluginResult", "format_plugin", "run_through_plugin"]
+__all__ = [
+    "Exchange",
+    "PluginResult",
+    "exchange",
+    "format_plugin",
+    "run_through_plugin",
+    "stand_in_server",
+]
 
 
 @dataclass
@@ -89,31 +97,56 @@ def _matches(request: SyntheticRequest, turn: Any, reader: PayloadReader) -> boo
     )
 
 
-def run_through_plugin(store: Store, requests: Sequence[SyntheticRequest]) -> PluginResult:
-    """Send every request inline and by handle through the plugin; compare."""
+def stand_in_server(store: Store, requests: Sequence[SyntheticRequest]) -> PluginServer:
+    """The plugin served on 127.0.0.1, writing to ``store``, with a stand-in engine that
+    answers each request's prompt with its arrays."""
     by_prompt = {tuple(r.tokens[: r.prompt_len].tolist()): r for r in requests}
     engine = StandInEngine(lambda prompt, _params: _completion_output(by_prompt[tuple(prompt)]))
+    return PluginServer(engine, ServerSettings(store=store.config, num_experts=EXPERTS))
+
+
+@dataclass
+class Exchange:
+    """One request sent inline and with a destination: both answers and their times."""
+
+    inline: Any
+    handle: Any
+    inline_s: float
+    handle_s: float
+
+
+def exchange(server: PluginServer, store: Store, request: SyntheticRequest) -> Exchange:
+    """Send ``request`` inline, then with ``<root>/v1`` as its destination."""
+    body: dict[str, Any] = {
+        "token_ids": request.tokens[: request.prompt_len].tolist(),
+        "sampling_params": {"max_tokens": request.completion_len, "logprobs": 1},
+    }
+    started = time.perf_counter()
+    inline = server.generate(body)
+    inline_s = time.perf_counter() - started
+    body["sampling_params"]["extra_args"] = {"payload_dir": store.version_prefix(1)}
+    started = time.perf_counter()
+    handle = server.generate(body)
+    handle_s = time.perf_counter() - started
+    if inline.status_code != 200 or handle.status_code != 200:
+        raise RuntimeError(f"plugin answered {inline.status_code}/{handle.status_code}")
+    return Exchange(inline, handle, inline_s, handle_s)
+
+
+def run_through_plugin(store: Store, requests: Sequence[SyntheticRequest]) -> PluginResult:
+    """Send every request inline and by handle through the plugin; compare."""
     result = PluginResult()
     reader = PayloadReader(store)
-    settings = ServerSettings(store=store.config, num_experts=EXPERTS)
-    with PluginServer(engine, settings) as server:
+    with stand_in_server(store, requests) as server:
         for request in requests:
+            answers = exchange(server, store, request)
             prompt = request.tokens[: request.prompt_len]
-            body: dict[str, Any] = {
-                "token_ids": prompt.tolist(),
-                "sampling_params": {"max_tokens": request.completion_len, "logprobs": 1},
-            }
-            inline = server.generate(body)
-            body["sampling_params"]["extra_args"] = {"payload_dir": store.version_prefix(1)}
-            handle = server.generate(body)
-            if inline.status_code != 200 or handle.status_code != 200:
-                raise RuntimeError(f"plugin answered {inline.status_code}/{handle.status_code}")
             result.requests += 1
-            result.inline_bytes += len(inline.content)
-            result.handle_bytes += len(handle.content)
-            (inline_turn,) = decode_generate_response(inline.content, prompt)
+            result.inline_bytes += len(answers.inline.content)
+            result.handle_bytes += len(answers.handle.content)
+            (inline_turn,) = decode_generate_response(answers.inline.content, prompt)
             (handle_turn,) = decode_generate_response(
-                handle.content, prompt, allowed_roots=[store.root.url]
+                answers.handle.content, prompt, allowed_roots=[store.root.url]
             )
             if _matches(request, inline_turn, reader) and _matches(request, handle_turn, reader):
                 result.equal += 1

@@ -19,6 +19,7 @@ from objstore_payload.store.coalesce import Block
 __all__ = [
     "DeleteOutcome",
     "Engine",
+    "EngineWrapper",
     "InterruptedBody",
     "ReadOutcome",
     "RequestFailed",
@@ -103,6 +104,9 @@ class Engine(ABC):
     """Short name, shown in benchmarks and errors."""
     default_coalesce_gap: ClassVar[int]
     """Largest gap (bytes) worth fetching to save a request on this engine."""
+    writes_whole: bool = False
+    """Whether a `put` lands whole or not at all with nothing in between that could cut
+    it short (local files: rename; memory): then the store skips its size check."""
     parallel_reads: ClassVar[bool] = True
     """Whether a read pass runs requests concurrently (used for capacity reporting)."""
 
@@ -162,3 +166,40 @@ class Engine(ABC):
 
     def close(self) -> None:  # noqa: B027 - engines without resources need no close
         """Release connections, threads and descriptors."""
+
+
+class EngineWrapper(Engine):
+    """An engine that forwards everything to ``inner``; a subclass overrides only what it
+    changes (the latency benchmark's delay, a test's injected faults). Reads forward
+    through `read_blocks`, so overriding it alone changes every read."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+
+    def read_blocks(self, blocks: Sequence[Block]) -> list[ReadOutcome]:
+        # docstring inherited
+        return self.inner.read_blocks(blocks)
+
+    def put(self, path: str, parts: Sequence[memoryview], size: int) -> None:
+        # docstring inherited
+        self.inner.put(path, parts, size)
+
+    def delete(self, paths: Sequence[str]) -> DeleteOutcome:
+        # docstring inherited
+        return self.inner.delete(paths)
+
+    def list(self, prefix: str) -> list[str]:
+        # docstring inherited
+        return self.inner.list(prefix)
+
+    def size(self, path: str) -> int:
+        # docstring inherited
+        return self.inner.size(path)
+
+    def retryable(self, exc: BaseException) -> bool:
+        # docstring inherited
+        return self.inner.retryable(exc)
+
+    def close(self) -> None:
+        # docstring inherited
+        self.inner.close()

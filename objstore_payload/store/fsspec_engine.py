@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
@@ -39,6 +39,7 @@ class FsspecEngine(Engine):
         self._max_concurrency = max_concurrency
         self._async = bool(getattr(fs, "async_impl", False))
         self._in_memory = _is_in_memory(fs)
+        self.writes_whole = self._in_memory  # no upload to cut short
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -160,6 +161,26 @@ def _is_in_memory(fs: Any) -> bool:
     return "memory" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
 
 
+def delete_batches(paths: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
+    """``(bucket, keys)`` per DeleteObjects request: engine paths (``bucket/key``) grouped
+    by bucket, at most `DELETE_BATCH` keys each (shared by every S3 engine)."""
+    by_bucket: dict[str, list[str]] = {}
+    for path in paths:
+        bucket, _, key = path.partition("/")
+        by_bucket.setdefault(bucket, []).append(key)
+    for bucket, keys in by_bucket.items():
+        for i in range(0, len(keys), DELETE_BATCH):
+            yield bucket, keys[i : i + DELETE_BATCH]
+
+
+def per_key_delete_errors(bucket: str, response: Mapping[str, Any]) -> list[tuple[str, OSError]]:
+    """The keys a DeleteObjects answer refused one by one (its ``Errors``), as failures."""
+    return [
+        (f"{bucket}/{error.get('Key')}", OSError(f"{error.get('Code')}: {error.get('Message')}"))
+        for error in response.get("Errors", [])
+    ]
+
+
 def _key_prefix(prefix: str) -> str:
     """A ListObjectsV2 prefix for a folder-like ``prefix`` ("" lists the whole bucket)."""
     return prefix.rstrip("/") + "/" if prefix.strip("/") else ""
@@ -212,30 +233,18 @@ class S3FsspecEngine(FsspecEngine):
 
     async def _delete(self, paths: Sequence[str]) -> DeleteOutcome:
         outcome = DeleteOutcome()
-        by_bucket: dict[str, list[str]] = {}
-        for path in paths:
-            bucket, _, key = path.partition("/")
-            by_bucket.setdefault(bucket, []).append(key)
-        for bucket, keys in by_bucket.items():
-            for i in range(0, len(keys), DELETE_BATCH):
-                batch = keys[i : i + DELETE_BATCH]
-                outcome.requests += 1
-                try:
-                    response = await self.fs._call_s3(
-                        "delete_objects",
-                        Bucket=bucket,
-                        Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
-                    )
-                except Exception as exc:
-                    error = request_failed(f"DeleteObjects on {bucket}", exc)
-                    outcome.failed.extend((f"{bucket}/{k}", error) for k in batch)
-                    continue
-                for error in response.get("Errors", []):
-                    outcome.failed.append(
-                        (
-                            f"{bucket}/{error.get('Key')}",
-                            OSError(f"{error.get('Code')}: {error.get('Message')}"),
-                        )
-                    )
+        for bucket, batch in delete_batches(paths):
+            outcome.requests += 1
+            try:
+                response = await self.fs._call_s3(
+                    "delete_objects",
+                    Bucket=bucket,
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                )
+            except Exception as exc:
+                error = request_failed(f"DeleteObjects on {bucket}", exc)
+                outcome.failed.extend((f"{bucket}/{k}", error) for k in batch)
+                continue
+            outcome.failed.extend(per_key_delete_errors(bucket, response))
         self.fs.invalidate_cache()
         return outcome

@@ -59,6 +59,7 @@ class LocalEngine(Engine):
 
     name: ClassVar[str] = "local"
     default_coalesce_gap: ClassVar[int] = 4 << 10
+    writes_whole = True  # a temporary file renamed over the name
 
     def __init__(self, root_dir: str, *, threads: int = 0, open_files: int = 64) -> None:
         if open_files < 0:

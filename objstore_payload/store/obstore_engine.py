@@ -34,7 +34,7 @@ from objstore_payload.errors import StoreConfigError
 from objstore_payload.store.coalesce import Block
 from objstore_payload.store.config import S3Options
 from objstore_payload.store.engine import DeleteOutcome, Engine, ReadOutcome, request_failed
-from objstore_payload.store.fsspec_engine import DELETE_BATCH
+from objstore_payload.store.fsspec_engine import delete_batches
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, S3Config, S3CredentialProvider
@@ -298,26 +298,22 @@ class ObstoreEngine(Engine):
     def delete(self, paths: Sequence[str]) -> DeleteOutcome:
         # docstring inherited
         outcome = DeleteOutcome()
-        by_bucket: dict[str, list[str]] = {}
-        for path in paths:
-            by_bucket.setdefault(path.partition("/")[0], []).append(path)
-        for bucket, bucket_paths in by_bucket.items():
-            store, _ = self._locate(bucket_paths[0])
-            for i in range(0, len(bucket_paths), DELETE_BATCH):
-                batch = bucket_paths[i : i + DELETE_BATCH]
-                outcome.requests += 1
-                error = self._delete_batch(store, [p.partition("/")[2] for p in batch])
-                if error is None:
-                    continue
-                if _PER_KEY_DELETE_ERROR not in str(error):
-                    failed = request_failed(f"DeleteObjects on {bucket}", _translate(error, bucket))
-                    outcome.failed.extend((p, failed) for p in batch)
-                    continue
-                # The server refused some keys. obstore stops at the first and does not
-                # say which of the others went, so each key is deleted on its own (rare:
-                # a request per key) for an exact report.
-                outcome.requests += len(batch)
-                outcome.failed.extend(self._run(self._delete_each(store, batch)))
+        for bucket, keys in delete_batches(paths):
+            store, _ = self._locate(f"{bucket}/{keys[0]}")
+            outcome.requests += 1
+            error = self._delete_batch(store, keys)
+            if error is None:
+                continue
+            batch = [f"{bucket}/{key}" for key in keys]
+            if _PER_KEY_DELETE_ERROR not in str(error):
+                failed = request_failed(f"DeleteObjects on {bucket}", _translate(error, bucket))
+                outcome.failed.extend((p, failed) for p in batch)
+                continue
+            # The server refused some keys. obstore stops at the first and does not say
+            # which of the others went, so each key is deleted on its own (rare: a
+            # request per key) for an exact report.
+            outcome.requests += len(batch)
+            outcome.failed.extend(self._run(self._delete_each(store, batch)))
         return outcome
 
     def _delete_batch(self, store: S3Store, keys: list[str]) -> Exception | None:

@@ -21,7 +21,12 @@ from objstore_payload.store.engine import (
     ReadOutcome,
     request_failed,
 )
-from objstore_payload.store.fsspec_engine import DELETE_BATCH, _is_invalid_range, _key_prefix
+from objstore_payload.store.fsspec_engine import (
+    _is_invalid_range,
+    _key_prefix,
+    delete_batches,
+    per_key_delete_errors,
+)
 
 __all__ = ["Boto3Engine", "botocore_config_kwargs", "make_boto3_client", "make_s3fs"]
 
@@ -158,30 +163,18 @@ class Boto3Engine(Engine):
     def delete(self, paths: Sequence[str]) -> DeleteOutcome:
         # docstring inherited
         outcome = DeleteOutcome()
-        by_bucket: dict[str, list[str]] = {}
-        for path in paths:
-            bucket, key = self._split(path)
-            by_bucket.setdefault(bucket, []).append(key)
-        for bucket, keys in by_bucket.items():
-            for i in range(0, len(keys), DELETE_BATCH):
-                batch = keys[i : i + DELETE_BATCH]
-                outcome.requests += 1
-                try:
-                    response = self.client.delete_objects(
-                        Bucket=bucket,
-                        Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
-                    )
-                except Exception as exc:
-                    error = request_failed(f"DeleteObjects on {bucket}", _translate(exc, bucket))
-                    outcome.failed.extend((f"{bucket}/{k}", error) for k in batch)
-                    continue
-                for item in response.get("Errors", []):
-                    outcome.failed.append(
-                        (
-                            f"{bucket}/{item.get('Key')}",
-                            OSError(f"{item.get('Code')}: {item.get('Message')}"),
-                        )
-                    )
+        for bucket, batch in delete_batches(paths):
+            outcome.requests += 1
+            try:
+                response = self.client.delete_objects(
+                    Bucket=bucket,
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                )
+            except Exception as exc:
+                error = request_failed(f"DeleteObjects on {bucket}", _translate(exc, bucket))
+                outcome.failed.extend((f"{bucket}/{k}", error) for k in batch)
+                continue
+            outcome.failed.extend(per_key_delete_errors(bucket, response))
         return outcome
 
     def list(self, prefix: str) -> list[str]:

@@ -10,11 +10,12 @@ API server) and never block them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, NoReturn, Self
@@ -306,16 +307,13 @@ class Store:
         views = [memoryview(p) for p in parts]
         total = sum(v.nbytes for v in views) if size is None else size
         path = self._before_put(uri, total)
-        upload = _Upload(self, uri, path, total)
+        with _write_errors(uri, total):
+            engine = self.engine
+        upload = _Upload(self, uri, path, total, engine)
         while True:
-            try:
-                engine = self.engine
+            with _write_errors(uri, total):
                 engine.put(path, views, total)
                 stored = engine.size(path) if upload.verify else total
-            except PayloadError:
-                raise
-            except Exception as exc:
-                raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc!r}") from exc
             delay = upload.settle(stored)
             if delay is None:
                 break
@@ -329,16 +327,13 @@ class Store:
         views = [memoryview(p) for p in parts]
         total = sum(v.nbytes for v in views) if size is None else size
         path = self._before_put(uri, total)
-        upload = _Upload(self, uri, path, total)
-        while True:
+        with _write_errors(uri, total):
             engine = await self.aengine()
-            try:
+        upload = _Upload(self, uri, path, total, engine)
+        while True:
+            with _write_errors(uri, total):
                 await engine.aput(path, views, total)
                 stored = await asyncio.to_thread(engine.size, path) if upload.verify else total
-            except PayloadError:
-                raise
-            except Exception as exc:
-                raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc!r}") from exc
             delay = await asyncio.to_thread(upload.settle, stored)  # it may delete
             if delay is None:
                 break
@@ -418,13 +413,25 @@ class Store:
         return f"Store({self.root.url!r}, engine={self.config.engine!r})"
 
 
+@contextlib.contextmanager
+def _write_errors(uri: str, total: int) -> Iterator[None]:
+    """Package errors pass through; any other becomes `StoreIOError` naming the write."""
+    try:
+        yield
+    except PayloadError:
+        raise
+    except Exception as exc:
+        raise StoreIOError(f"writing {uri} ({total} bytes) failed: {exc!r}") from exc
+
+
 class _Upload:
     """One `Store.put` across attempts: whether the stored size is checked, and what to
     do when it is short (shared by the sync and async writes)."""
 
-    def __init__(self, store: Store, uri: str, path: str, total: int) -> None:
+    def __init__(self, store: Store, uri: str, path: str, total: int, engine: Engine) -> None:
         self._store, self._uri, self._path, self._total = store, uri, path, total
-        self.verify = store.config.verify_writes and store.root.protocol not in _ATOMIC_PROTOCOLS
+        self._engine = engine
+        self.verify = store.config.verify_writes and not engine.writes_whole
         self.attempts = 0
         self._retry = store.config.retry
         self._deadline = time.monotonic() + self._retry.total_timeout_s
@@ -437,7 +444,7 @@ class _Upload:
         if stored == self._total:
             return None
         try:
-            outcome = self._store.engine.delete([self._path])
+            outcome = self._engine.delete([self._path])
             removed: BaseException | None = outcome.failed[0][1] if outcome.failed else None
         except Exception as exc:  # a writer may lack s3:DeleteObject (the Terraform one does)
             removed = exc
@@ -455,10 +462,6 @@ class _Upload:
             ) from removed
         self._store._count(retries=1)
         return delay
-
-
-_ATOMIC_PROTOCOLS = frozenset({"file", "memory"})
-"""Protocols whose writes land whole or not at all (no upload to cut short)."""
 
 
 class _ReadPass:

@@ -10,10 +10,12 @@ It needs the ``embedded`` extra (``moto[server]``).
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -29,11 +31,22 @@ _SECRET_KEY = "embedded-secret"
 class EmbeddedS3:
     """``with EmbeddedS3() as s3: ...``: a throwaway S3 endpoint with ``bucket`` created."""
 
-    def __init__(self, bucket: str = "payloads", *, separate_process: bool = False) -> None:
+    def __init__(
+        self,
+        bucket: str = "payloads",
+        *,
+        separate_process: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """``env``: extra environment for a separate process (moto settings such as
+        ``INITIAL_NO_AUTH_ACTION_COUNT``, which turns IAM enforcement on)."""
+        if env and not separate_process:
+            raise ValueError("env applies to a server in a separate process only")
         self.bucket = bucket
         self.endpoint_url = ""
         self._server: Any = None
         self._separate = separate_process
+        self._env = dict(env or {})
         self._process: subprocess.Popen[bytes] | None = None
 
     def _start_process(self) -> None:
@@ -43,6 +56,7 @@ class EmbeddedS3:
         sock.close()
         self._process = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            env={**os.environ, **self._env},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

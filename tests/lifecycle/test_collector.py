@@ -21,8 +21,7 @@ from objstore_payload.lifecycle import (
     version_of_key,
 )
 from objstore_payload.store import DeleteOutcome, Engine
-from objstore_payload.store.coalesce import Block
-from objstore_payload.store.engine import ReadOutcome, request_failed
+from objstore_payload.store.engine import EngineWrapper, request_failed
 from objstore_payload.testing.embedded_s3 import EmbeddedS3
 
 
@@ -134,7 +133,7 @@ def test_torn_ledger_line_is_ignored(tmp_path: Path) -> None:
     assert Ledger(path).pending_steps == [3]
 
 
-class FailingDeletes(Engine):
+class FailingDeletes(EngineWrapper):
     """Wraps a memory engine; refuses to delete some paths (a per-key DeleteObjects error
     cannot be provoked from moto, so this stands in for the store's answer)."""
 
@@ -144,16 +143,11 @@ class FailingDeletes(Engine):
     def __init__(
         self, inner: Engine, refuse: set[str], gate: threading.Event | None = None
     ) -> None:
-        self.inner, self.refuse, self.gate = inner, refuse, gate
+        super().__init__(inner)
+        self.refuse, self.gate = refuse, gate
         self.calls = 0
         self.request_fails: set[str] = set()
         """Paths whose whole request fails (as after the HTTP client's own retries)."""
-
-    def read_blocks(self, blocks: Sequence[Block]) -> list[ReadOutcome]:
-        return self.inner.read_blocks(blocks)
-
-    def put(self, path: str, parts: Sequence[memoryview], size: int) -> None:
-        self.inner.put(path, parts, size)
 
     def delete(self, paths: Sequence[str]) -> DeleteOutcome:
         if self.gate is not None:
@@ -170,12 +164,6 @@ class FailingDeletes(Engine):
             if p in self.request_fails
         ]
         return outcome
-
-    def list(self, prefix: str) -> list[str]:
-        return self.inner.list(prefix)
-
-    def size(self, path: str) -> int:
-        return self.inner.size(path)
 
 
 def memory_store(

@@ -3,19 +3,15 @@ collector) as three credentials on a moto server that enforces IAM policies.
 
 moto enforces IAM for S3 once ``INITIAL_NO_AUTH_ACTION_COUNT`` unauthenticated setup
 requests are spent, so this test runs its own moto server process with that setting
-(the session's shared server stays open) and stops it by PID. The policies are read from
+(`EmbeddedS3(separate_process=True)`; the session's shared server stays open) and stops
+it by PID. The policies are read from
 the Terraform file itself, so the test follows any change to it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +26,7 @@ from objstore_payload import (
     StoreConfig,
 )
 from objstore_payload.store.s3 import make_boto3_client
+from objstore_payload.testing.embedded_s3 import EmbeddedS3
 from objstore_payload.testing.loopback import loopback_s3_options
 from tests.faults.test_fault_matrix import arrays, read_back
 
@@ -77,36 +74,14 @@ def terraform_policies() -> dict[str, list[dict[str, Any]]]:
 
 @pytest.fixture(scope="module")
 def enforcing_moto() -> Iterator[tuple[str, dict[str, tuple[str, str]]]]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(SETUP_REQUESTS)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        endpoint = f"http://127.0.0.1:{port}"
-        setup = loopback_s3_options(endpoint, "AKIASETUP", "setup")
-        s3 = make_boto3_client(setup)
-        s3.create_bucket(Bucket=BUCKET)
-        s3.close()
-        import boto3
+    import boto3
 
+    # The server counts the bucket it creates on start as one of the setup requests.
+    env = {"INITIAL_NO_AUTH_ACTION_COUNT": str(SETUP_REQUESTS)}
+    with EmbeddedS3(BUCKET, separate_process=True, env=env) as server:
         iam = boto3.client(
             "iam",
-            endpoint_url=endpoint,
+            endpoint_url=server.endpoint_url,
             aws_access_key_id="AKIASETUP",
             aws_secret_access_key="setup",
             region_name="us-east-1",
@@ -122,10 +97,7 @@ def enforcing_moto() -> Iterator[tuple[str, dict[str, tuple[str, str]]]]:
             key = iam.create_access_key(UserName=role)["AccessKey"]
             credentials[role] = (key["AccessKeyId"], key["SecretAccessKey"])
         iam.close()
-        yield endpoint, credentials
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+        yield server.endpoint_url, credentials
 
 
 def store_as(role: str, enforcing: tuple[str, dict[str, tuple[str, str]]], engine: str) -> Store:

@@ -16,18 +16,19 @@ import pytest
 
 from objstore_payload import PayloadNotFoundError, ShortReadError, Store, StoreConfig, StoreIOError
 from objstore_payload.store import Block, RetryPolicy
-from objstore_payload.store.engine import DeleteOutcome, Engine, InterruptedBody, ReadOutcome
+from objstore_payload.store.engine import Engine, EngineWrapper, InterruptedBody, ReadOutcome
 from objstore_payload.store.fsspec_engine import FsspecEngine
 
 
-class FlakyEngine(Engine):
+class FlakyEngine(EngineWrapper):
     """Serves reads from ``inner`` after ``failures`` bad answers per block."""
 
     name = "flaky"
     default_coalesce_gap = 0
 
     def __init__(self, inner: Engine, failures: int, fault: str) -> None:
-        self.inner, self.failures, self.fault = inner, failures, fault
+        super().__init__(inner)
+        self.failures, self.fault = failures, fault
         self.calls = 0
 
     def read_blocks(self, blocks: Sequence[Block]) -> list[ReadOutcome]:
@@ -40,18 +41,6 @@ class FlakyEngine(Engine):
         if self.fault == "cut":
             return [InterruptedBody("the body broke off") for _ in blocks]
         return [ConnectionResetError("reset by peer") for _ in blocks]
-
-    def put(self, path: str, parts: Sequence[memoryview], size: int) -> None:
-        self.inner.put(path, parts, size)
-
-    def delete(self, paths: Sequence[str]) -> DeleteOutcome:
-        return self.inner.delete(paths)
-
-    def list(self, prefix: str) -> list[str]:
-        return self.inner.list(prefix)
-
-    def size(self, path: str) -> int:
-        return self.inner.size(path)
 
 
 def make_store(failures: int, fault: str, attempts: int = 4) -> tuple[Store, FlakyEngine, str]:
